@@ -1,0 +1,46 @@
+"""agentjournal: durable memory for AI agents.
+
+Each session is an append-only journal of events in SQLite; every other table is a projection
+written in the same transaction. Open one with `Journal.open("agent.db")` (or `AsyncJournal`).
+"""
+
+from agentjournal.aio import AsyncJournal
+from agentjournal.errors import (
+    Conflict,
+    ContextTooLarge,
+    InvalidArgument,
+    InvalidEvent,
+    JournalError,
+    PayloadTooLarge,
+    SessionClosed,
+    SessionNotFound,
+    StorageError,
+    UnknownToolCall,
+)
+from agentjournal.events import Event, NewEvent
+from agentjournal.journal import Journal
+from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.verify import Difference, VerifyReport
+
+__all__ = [
+    "AsyncJournal",
+    "Conflict",
+    "ContextTooLarge",
+    "Difference",
+    "Event",
+    "InvalidArgument",
+    "InvalidEvent",
+    "Journal",
+    "JournalError",
+    "Message",
+    "NewEvent",
+    "PayloadTooLarge",
+    "Session",
+    "SessionClosed",
+    "SessionNotFound",
+    "StorageError",
+    "ToolCall",
+    "UnknownToolCall",
+    "VerifyReport",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,83 @@
+"""Every error agentjournal raises, under one root.
+
+    JournalError
+    ├── SessionNotFound      (LookupError)  no such session for this tenant         HTTP 404
+    ├── InvalidArgument      (ValueError)   a bad argument: limit, cursor, id, url  HTTP 422
+    │   └── InvalidEvent                    wrong event type or payload shape       HTTP 422
+    ├── PayloadTooLarge      (ValueError)   payload over the configured limit       HTTP 413
+    ├── Conflict                            expected_seq, idempotency, reused ids   HTTP 409
+    ├── UnknownToolCall      (LookupError)  tool_result for no open tool_call       HTTP 409
+    ├── SessionClosed                       append to a deleted session             HTTP 409
+    ├── ContextTooLarge      (ValueError)   not even the newest turn fits           HTTP 422
+    └── StorageError         (OSError)      the database could not do what we asked HTTP 503
+
+A rejected append writes nothing: every error above is raised before, or rolls back, the
+transaction that would have written it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Conflict",
+    "ContextTooLarge",
+    "InvalidArgument",
+    "InvalidEvent",
+    "JournalError",
+    "PayloadTooLarge",
+    "SessionClosed",
+    "SessionNotFound",
+    "StorageError",
+    "UnknownToolCall",
+]
+
+
+class JournalError(Exception):
+    """Root of every agentjournal error."""
+
+
+class SessionNotFound(JournalError, LookupError):
+    """The session does not exist, or belongs to another tenant (the two are not told apart)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class InvalidArgument(JournalError, ValueError):
+    """An argument the caller passed is out of range or malformed."""
+
+
+class InvalidEvent(InvalidArgument):
+    """An event's type or payload does not have the shape DESIGN.md gives it."""
+
+
+class PayloadTooLarge(JournalError, ValueError):
+    """A payload's compact JSON is larger than the journal's limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"payload is {size} bytes of compact JSON; the limit is {limit} bytes "
+            "(store large blobs elsewhere and journal a reference)"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class Conflict(JournalError):
+    """The append contradicts what the journal already holds (seq, key or id already taken)."""
+
+
+class UnknownToolCall(JournalError, LookupError):
+    """A tool_result names a call_id for which the session has no tool_call."""
+
+
+class SessionClosed(JournalError):
+    """The session is deleted; only undelete (status=active) may be appended to it."""
+
+
+class ContextTooLarge(JournalError, ValueError):
+    """Not even the smallest allowed suffix of the replay fits the token budget."""
+
+
+class StorageError(JournalError, OSError):
+    """The database refused or failed (settings that did not take, disk errors, corruption)."""

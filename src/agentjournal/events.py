@@ -1,0 +1,315 @@
+"""The event model: what an event is, which types exist, and the shape of each payload.
+
+Pure code, standard library only. Every backend and every face (library, HTTP, CLI) validates
+through `prepare()`, so a rule about an event's shape is written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from agentjournal.errors import InvalidEvent, PayloadTooLarge
+
+__all__ = [
+    "CORE_TYPES",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MESSAGE_ROLES",
+    "RESERVED_TYPES",
+    "Event",
+    "NewEvent",
+    "PreparedEvent",
+    "canonical_json",
+    "loads_strict",
+    "prepare",
+]
+
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+
+MESSAGE_ROLES: Final = {
+    "user_message": "user",
+    "assistant_message": "assistant",
+    "system_message": "system",
+}
+SESSION_TYPES: Final = frozenset({"session_created", "session_updated", "session_forked"})
+TASK_TYPES: Final = frozenset(
+    {
+        "task_created",
+        "task_started",
+        "task_progress",
+        "task_completed",
+        "task_failed",
+        "task_cancelled",
+    }
+)
+# Written only by the journal's own verbs (create_session, fork, create_task, ...), never by append.
+RESERVED_TYPES: Final = SESSION_TYPES | TASK_TYPES
+CORE_TYPES: Final = (
+    RESERVED_TYPES | frozenset(MESSAGE_ROLES) | {"tool_call", "tool_result", "context_compacted"}
+)
+SESSION_STATUSES: Final = ("active", "archived", "deleted")
+
+_CUSTOM_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_MAX_TYPE_LEN: Final = 64
+_MAX_KEY_LEN: Final = 255
+_MAX_ID_LEN: Final = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event. `seq` orders it in its session; `position` in the tenant's global feed."""
+
+    event_id: int
+    session_id: str
+    seq: int
+    type: str
+    payload: dict[str, Any]
+    created_at: int
+    idempotency_key: str | None = None
+    position: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as the HTTP API and exports show it."""
+        return {
+            "event_id": self.event_id,
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "position": self.position,
+            "type": self.type,
+            "payload": self.payload,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event a caller wants appended (the journal assigns id, seq and time)."""
+
+    type: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """A validated event: its payload is a plain dict and `payload_json` its canonical text."""
+
+    type: str
+    payload: dict[str, Any]
+    payload_json: str
+    idempotency_key: str | None
+
+
+def canonical_json(payload: Mapping[str, Any]) -> str:
+    """Compact JSON with sorted keys: equal payloads give equal text (idempotency compares it)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidEvent(f"JSON must not contain {name} (RFC 8259 has no such number)")
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise InvalidEvent(f"JSON object has the key {key!r} twice")
+        result[key] = value
+    return result
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """Parse RFC 8259 JSON, rejecting NaN, Infinity and duplicate keys with `InvalidEvent`."""
+    try:
+        return json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_pairs_without_duplicates
+        )
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+
+
+def _check_json_value(value: Any, path: str, depth: int = 0) -> None:
+    """Walk a payload: only JSON types, finite numbers, string keys, no U+0000, valid Unicode."""
+    if depth > 64:
+        raise InvalidEvent(f"{path} nests deeper than 64 levels")
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(f"{path} is {value}; JSON has no NaN or Infinity")
+        return
+    if isinstance(value, str):
+        _check_text(value, path)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidEvent(f"{path} has a key {key!r} that is not a string")
+            _check_text(key, f"{path} key")
+            _check_json_value(item, f"{path}.{key}", depth + 1)
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]", depth + 1)
+        return
+    raise InvalidEvent(f"{path} is a {type(value).__name__}, which JSON cannot hold")
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise InvalidEvent(f"{path} contains U+0000, which the journal does not store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEvent(f"{path} is not valid Unicode (lone surrogate?)") from exc
+
+
+def _require_str(payload: Mapping[str, Any], key: str, type_: str, *, nonempty: bool) -> None:
+    value = payload.get(key)
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{type_} needs {key!r} as a string, got {_describe(value)}")
+    if nonempty and not value:
+        raise InvalidEvent(f"{type_} needs a non-empty {key!r}")
+    if nonempty and len(value) > _MAX_ID_LEN:
+        raise InvalidEvent(f"{type_}.{key} is longer than {_MAX_ID_LEN} characters")
+
+
+def _optional(
+    payload: Mapping[str, Any], key: str, kind: type | tuple[type, ...], type_: str
+) -> None:
+    if key in payload and payload[key] is not None and not isinstance(payload[key], kind):
+        raise InvalidEvent(f"{type_}.{key} has the wrong type: {_describe(payload[key])}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _require_seq(payload: Mapping[str, Any], key: str, type_: str) -> None:
+    value = payload.get(key)
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise InvalidEvent(
+            f"{type_} needs {key!r} as a seq (an integer >= 1), got {_describe(value)}"
+        )
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def _check_message(type_: str, payload: Mapping[str, Any]) -> None:
+    _require_str(payload, "content", type_, nonempty=False)
+    if "supersedes" in payload:
+        _require_seq(payload, "supersedes", type_)
+    usage = payload.get("usage")
+    if usage is not None:
+        if type_ != "assistant_message":
+            raise InvalidEvent(f"only assistant_message may carry 'usage', not {type_}")
+        if not isinstance(usage, Mapping) or not all(
+            _is_count(usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")
+        ):
+            raise InvalidEvent(
+                "assistant_message.usage must be an object with non-negative integer "
+                "'prompt_tokens' and 'completion_tokens'"
+            )
+
+
+def _check_session_event(type_: str, payload: Mapping[str, Any]) -> None:
+    if type_ == "session_created":
+        _require_str(payload, "title", type_, nonempty=False)
+        for key in ("model", "system_prompt"):
+            _optional(payload, key, str, type_)
+        _optional(payload, "metadata", Mapping, type_)
+    elif type_ == "session_updated":
+        fields = {"title", "metadata", "status"} & payload.keys()
+        if not fields:
+            raise InvalidEvent("session_updated needs at least one of title, metadata, status")
+        _optional(payload, "title", str, type_)
+        _optional(payload, "metadata", Mapping, type_)
+        if "status" in payload and payload["status"] not in SESSION_STATUSES:
+            raise InvalidEvent(f"session status must be one of {', '.join(SESSION_STATUSES)}")
+    else:  # session_forked
+        _require_str(payload, "from_session_id", type_, nonempty=True)
+        _require_seq(payload, "at_seq", type_)
+
+
+def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
+    if type_ in MESSAGE_ROLES:
+        _check_message(type_, payload)
+    elif type_ == "tool_call":
+        _require_str(payload, "call_id", type_, nonempty=True)
+        _require_str(payload, "name", type_, nonempty=True)
+        _require_str(payload, "arguments", type_, nonempty=False)
+    elif type_ == "tool_result":
+        _require_str(payload, "call_id", type_, nonempty=True)
+        _require_str(payload, "content", type_, nonempty=False)
+        _optional(payload, "is_error", bool, type_)
+    elif type_ == "context_compacted":
+        _require_str(payload, "summary", type_, nonempty=False)
+        _require_seq(payload, "until_seq", type_)
+    elif type_ in SESSION_TYPES:
+        _check_session_event(type_, payload)
+    elif type_ in TASK_TYPES:
+        _require_str(payload, "task_id", type_, nonempty=True)
+
+
+def check_type(type_: Any) -> str:
+    """A core type, or a namespaced custom type such as `myapp.memory_saved`."""
+    if not isinstance(type_, str):
+        raise InvalidEvent(f"event type must be a string, got {_describe(type_)}")
+    if type_ in CORE_TYPES:
+        return type_
+    if len(type_) > _MAX_TYPE_LEN or not _CUSTOM_TYPE.match(type_):
+        raise InvalidEvent(
+            f"unknown event type {type_!r}: use a core type or a namespaced one like "
+            "'myapp.memory_saved' (lowercase, dotted, at most 64 characters)"
+        )
+    return type_
+
+
+def check_idempotency_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > _MAX_KEY_LEN:
+        raise InvalidEvent(f"idempotency_key must be a string of 1 to {_MAX_KEY_LEN} characters")
+    _check_text(key, "idempotency_key")
+    return key
+
+
+def prepare(
+    type_: Any,
+    payload: Any,
+    idempotency_key: Any = None,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    allow_reserved: bool = False,
+) -> PreparedEvent:
+    """Validate one event's shape and size; raise `InvalidEvent` or `PayloadTooLarge`.
+
+    Rules that need the session's history (seq, call ids, supersedes targets) are checked later,
+    inside the write transaction, by `agentjournal.rules`.
+    """
+    type_ = check_type(type_)
+    if type_ in RESERVED_TYPES and not allow_reserved:
+        raise InvalidEvent(
+            f"{type_} events are written by the journal's verbs (create_session, update_session, "
+            "fork, create_task, ...), not by append"
+        )
+    if not isinstance(payload, Mapping):
+        raise InvalidEvent(f"payload must be a JSON object, got {_describe(payload)}")
+    _check_json_value(payload, "payload")
+    _check_shape(type_, payload)
+    key = check_idempotency_key(idempotency_key)
+    payload_json = canonical_json(payload)
+    size = len(payload_json.encode("utf-8"))
+    if size > max_payload_bytes:
+        raise PayloadTooLarge(size, max_payload_bytes)
+    # Decoding the canonical text gives a private copy, with tuples as lists, as readers see it.
+    return PreparedEvent(type_, json.loads(payload_json), payload_json, key)

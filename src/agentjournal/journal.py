@@ -1,0 +1,608 @@
+"""`Journal`, the one public façade: every verb validates its input, runs the rules inside the
+storage's write transaction, and reads through the projections or the pure fold."""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from agentjournal import projection, verify
+from agentjournal.backends import Storage, WriteTx
+from agentjournal.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidEvent,
+    SessionNotFound,
+)
+from agentjournal.events import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Event,
+    NewEvent,
+    PreparedEvent,
+    check_idempotency_key,
+    prepare,
+)
+from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.replay import ContextFit, Format, Tokenizer, fit_context, replay
+from agentjournal.rules import check_appendable, resolve_retry
+from agentjournal.verify import VerifyReport
+
+__all__ = ["Journal"]
+
+Durability = Literal["full", "normal"]
+EventLike = NewEvent | Mapping[str, Any]
+
+MAX_PAGE = 10_000
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_STATUSES = {
+    None: ("active", "archived"),
+    "active": ("active",),
+    "archived": ("archived",),
+    "deleted": ("deleted",),
+    "all": ("active", "archived", "deleted"),
+}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_session_id() -> str:
+    return "sess_" + base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
+
+
+def _check_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidArgument(
+            f"{what} must be 1-128 characters of letters, digits and _.:- "
+            f"(starting with a letter or digit), got {value!r:.80}"
+        )
+    return value
+
+
+def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidArgument(f"{what} must be an integer >= {low}, got {value!r:.40}")
+    if high is not None and value > high:
+        raise InvalidArgument(f"{what} must be at most {high}, got {value}")
+    return value
+
+
+class Journal:
+    """Durable, append-only memory for agents, scoped to one tenant.
+
+    >>> journal = Journal.open("agent.db")                      # doctest: +SKIP
+    >>> session = journal.create_session("订单客服")              # doctest: +SKIP
+    >>> journal.append(session.session_id, "user_message", {"content": "你好"})  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        tenant: str = "default",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.storage = storage
+        self.tenant = _check_id(tenant, "tenant")
+        self.max_payload_bytes = _check_int(max_payload_bytes, "max_payload_bytes", 1)
+        self._owns_storage = True
+
+    @classmethod
+    def open(
+        cls,
+        url: str | Path,
+        *,
+        tenant: str = "default",
+        durability: Durability = "full",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> Journal:
+        """Open (creating if needed) a journal: a SQLite file path or `sqlite:///path`.
+
+        `durability="full"` (the default) survives power loss; `"normal"` survives a process
+        crash but may lose the last acknowledged commits on power loss (never half of one).
+        """
+        target = str(url)
+        if target.startswith(("postgresql://", "postgres://")):
+            raise InvalidArgument("the PostgreSQL backend is not available in this version yet")
+        if target.startswith("sqlite:///"):
+            target = target[len("sqlite:///") :]
+        if not target or target == ":memory:" or target.startswith("file:"):
+            raise InvalidArgument(
+                f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
+            )
+        from agentjournal.backends.sqlite import SQLiteStorage
+
+        return cls(
+            SQLiteStorage(target, durability), tenant=tenant, max_payload_bytes=max_payload_bytes
+        )
+
+    def for_tenant(self, tenant: str) -> Journal:
+        """The same database, scoped to another tenant (closing it leaves the storage open)."""
+        other = Journal(self.storage, tenant=tenant, max_payload_bytes=self.max_payload_bytes)
+        other._owns_storage = False
+        return other
+
+    def close(self) -> None:
+        if self._owns_storage:
+            self.storage.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        title: str = "",
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Session:
+        """Create a session; its seq 1 is `session_created`. A repeated idempotency key returns
+        the session it created (a different request under the same key is a `Conflict`)."""
+        return self.create_session_ex(
+            title,
+            model=model,
+            system_prompt=system_prompt,
+            metadata=metadata,
+            session_id=session_id,
+            idempotency_key=idempotency_key,
+        )[0]
+
+    def create_session_ex(
+        self,
+        title: str = "",
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Session, bool]:
+        """`create_session`, also telling whether it created (False: an idempotent repeat)."""
+        payload: dict[str, Any] = {"title": title}
+        for key, value in (("model", model), ("system_prompt", system_prompt)):
+            if value is not None:
+                payload[key] = value
+        if metadata is not None:
+            payload["metadata"] = metadata
+        event = self._prepare("session_created", payload, idempotency_key, reserved=True)
+        sid = new_session_id() if session_id is None else _check_id(session_id, "session_id")
+        created_at = now_ms()
+
+        def work(tx: WriteTx) -> tuple[str, bool]:
+            if event.idempotency_key is not None:
+                existing = tx.session_by_key(self.tenant, event.idempotency_key)
+                if existing is not None:
+                    resolve_retry([event], tx.events_by_keys(existing, [event.idempotency_key]))
+                    return existing, False
+            if tx.session_state(self.tenant, sid) is not None:
+                raise Conflict(f"session id {sid!r} is already taken")
+            tx.insert_session(self.tenant, sid, created_at, event.idempotency_key)
+            tx.insert_events(self.tenant, sid, 1, [event], created_at)
+            return sid, True
+
+        created_id, created = self.storage.write(work)
+        return self.get_session(created_id), created
+
+    def get_session(self, session_id: str) -> Session:
+        session = self.storage.session(self.tenant, _check_id(session_id, "session_id"))
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Session:
+        """Change title, metadata (replaced whole) or status (active / archived / deleted)."""
+        payload: dict[str, Any] = {}
+        for key, value in (("title", title), ("metadata", metadata), ("status", status)):
+            if value is not None:
+                payload[key] = value
+        event = self._prepare("session_updated", payload, idempotency_key, reserved=True)
+        self._append(session_id, [event], None)
+        return self.get_session(session_id)
+
+    def delete_session(self, session_id: str) -> Session:
+        """Soft delete: the session stays readable, leaves `sessions()`, and accepts no appends
+        but undelete (`update_session(status="active")`)."""
+        return self.update_session(session_id, status="deleted")
+
+    def purge_session(self, session_id: str, *, actor: str = "library") -> int:
+        """Hard delete for privacy: every row of the session goes; an audit row (who, when, how
+        many events, no content) stays. Returns the number of events deleted."""
+        _check_id(session_id, "session_id")
+        at = now_ms()
+
+        def work(tx: WriteTx) -> int:
+            if tx.session_state(self.tenant, session_id) is None:
+                raise SessionNotFound(session_id)
+            return tx.purge(self.tenant, session_id, actor, at)
+
+        count = self.storage.write(work)
+        self.storage.checkpoint()
+        return count
+
+    def sessions(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> list[Session]:
+        """Sessions by most recent activity. `status` None means active and archived; "deleted"
+        or "all" include deleted ones. Next page: `cursor=page[-1].last_position`."""
+        if status not in _STATUSES:
+            raise InvalidArgument("status must be active, archived, deleted, all or None")
+        _check_int(limit, "limit", 1, MAX_PAGE)
+        return self.storage.sessions(self.tenant, _STATUSES[status], limit, cursor)
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        expected_seq: int | None = None,
+    ) -> Event:
+        """Append one event and return it once it is durable."""
+        event = self._prepare(type, {} if payload is None else payload, idempotency_key)
+        return self._append(session_id, [event], expected_seq)[0][0]
+
+    def append_many(
+        self,
+        session_id: str,
+        events: Sequence[EventLike],
+        *,
+        expected_seq: int | None = None,
+    ) -> list[Event]:
+        """Append a batch atomically: all of it is written, or nothing."""
+        return self._append(session_id, self.prepare_batch(events), expected_seq)[0]
+
+    def prepare_batch(self, events: Sequence[EventLike]) -> list[PreparedEvent]:
+        if isinstance(events, str | bytes | Mapping) or not isinstance(events, Sequence):
+            raise InvalidEvent("append_many takes a list of events")
+        if not events:
+            raise InvalidEvent("append_many needs at least one event")
+        prepared = []
+        for index, item in enumerate(events):
+            type_: Any
+            payload: Any
+            key: Any
+            if isinstance(item, NewEvent):
+                type_, payload, key = item.type, item.payload, item.idempotency_key
+            elif isinstance(item, Mapping):
+                unknown = item.keys() - {"type", "payload", "idempotency_key"}
+                if unknown:
+                    raise InvalidEvent(f"events[{index}] has unknown fields {sorted(unknown)}")
+                type_, payload, key = (
+                    item.get("type"),
+                    item.get("payload", {}),
+                    item.get("idempotency_key"),
+                )
+            else:
+                raise InvalidEvent(f"events[{index}] must be a NewEvent or a mapping")
+            try:
+                prepared.append(self._prepare(type_, payload, key))
+            except InvalidEvent as exc:
+                raise type(exc)(f"events[{index}]: {exc}") from exc
+        return prepared
+
+    def append_prepared(
+        self,
+        session_id: str,
+        events: Sequence[PreparedEvent],
+        expected_seq: int | None = None,
+    ) -> tuple[list[Event], bool]:
+        """Append validated events; also tells whether they were created (False: a retry)."""
+        return self._append(session_id, events, expected_seq)
+
+    def compact(
+        self,
+        session_id: str,
+        until_seq: int,
+        summary: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Event:
+        """Record that the model's context up to `until_seq` is replaced by `summary`."""
+        return self.append(
+            session_id,
+            "context_compacted",
+            {"summary": summary, "until_seq": until_seq},
+            idempotency_key=idempotency_key,
+        )
+
+    def fork(
+        self,
+        session_id: str,
+        at_seq: int | None = None,
+        *,
+        title: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Session:
+        """A new session holding copies of events 1..at_seq (default: all), then
+        `session_forked`. From then on the two are independent."""
+        _check_id(session_id, "session_id")
+        if at_seq is not None:
+            _check_int(at_seq, "at_seq", 1)
+        key = check_idempotency_key(idempotency_key)
+        new_id = new_session_id()
+        created_at = now_ms()
+
+        def work(tx: WriteTx) -> str:
+            if key is not None:
+                existing = tx.session_by_key(self.tenant, key)
+                if existing is not None:
+                    original = tx.events_by_keys(existing, [key]).get(key)
+                    if (
+                        original is None
+                        or original.payload["from_session_id"] != session_id
+                        or (at_seq is not None and original.payload["at_seq"] != at_seq)
+                    ):
+                        raise Conflict(f"idempotency key {key!r} was used for another request")
+                    return existing
+            state = tx.session_state(self.tenant, session_id)
+            if state is None:
+                raise SessionNotFound(session_id)
+            at = state.last_seq if at_seq is None else at_seq
+            if at > state.last_seq:
+                raise InvalidArgument(
+                    f"at_seq {at} is past the session's last seq {state.last_seq}"
+                )
+            open_calls = tx.calls_open_at(session_id, at)
+            if open_calls:
+                raise Conflict(
+                    f"forking at seq {at} would leave tool call {open_calls[0][0]!r} without its "
+                    "result; fork at a point where every call has its result"
+                )
+            forked = self._prepare(
+                "session_forked", {"from_session_id": session_id, "at_seq": at}, key, reserved=True
+            )
+            tx.insert_session(self.tenant, new_id, created_at, key)
+            tx.copy_events(self.tenant, session_id, new_id, at)
+            extra = [forked]
+            if title is not None:
+                extra.append(self._prepare("session_updated", {"title": title}, reserved=True))
+            tx.insert_events(self.tenant, new_id, at + 1, extra, created_at)
+            return new_id
+
+        return self.get_session(self.storage.write(work))
+
+    def _prepare(
+        self, type_: Any, payload: Any, key: Any = None, *, reserved: bool = False
+    ) -> PreparedEvent:
+        return prepare(
+            type_,
+            payload,
+            key,
+            max_payload_bytes=self.max_payload_bytes,
+            allow_reserved=reserved,
+        )
+
+    def _append(
+        self,
+        session_id: str,
+        batch: Sequence[PreparedEvent],
+        expected_seq: int | None,
+    ) -> tuple[list[Event], bool]:
+        _check_id(session_id, "session_id")
+        if expected_seq is not None:
+            _check_int(expected_seq, "expected_seq", 0)
+        created_at = now_ms()
+        keys = [event.idempotency_key for event in batch if event.idempotency_key is not None]
+
+        def work(tx: WriteTx) -> tuple[list[Event], bool]:
+            state = tx.session_state(self.tenant, session_id)
+            if state is None:
+                raise SessionNotFound(session_id)
+            if keys:
+                originals = resolve_retry(batch, tx.events_by_keys(session_id, keys))
+                if originals is not None:
+                    return originals, False
+            if expected_seq is not None and expected_seq != state.last_seq:
+                raise Conflict(
+                    f"expected_seq={expected_seq} but the session's last seq is {state.last_seq}:"
+                    " someone else appended first; read the new events and retry"
+                )
+            check_appendable(state, batch, tx)
+            return tx.insert_events(
+                self.tenant, session_id, state.last_seq + 1, batch, created_at
+            ), True
+
+        return self.storage.write(work)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def events(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[Event]:
+        """A page of the session's events with seq > after, oldest first."""
+        _check_int(after, "after", 0)
+        _check_int(limit, "limit", 1, MAX_PAGE)
+        events = self.storage.events(
+            self.tenant, _check_id(session_id, "session_id"), after=after, limit=limit
+        )
+        if not events:
+            self.get_session(session_id)
+        return events
+
+    def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
+        """A page of the tenant's global feed, in commit order, after `position`."""
+        _check_int(limit, "limit", 1, MAX_PAGE)
+        if after is not None and not isinstance(after, str):
+            raise InvalidArgument("after must be a position string, as Event.position gives it")
+        return self.storage.events_all(self.tenant, after, limit)
+
+    def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
+        """The transcript (user, assistant and system messages, corrections applied); with
+        `last=N`, the latest N in chronological order."""
+        if last is not None:
+            _check_int(last, "last", 1, MAX_PAGE)
+        messages = self.storage.messages(self.tenant, _check_id(session_id, "session_id"), last)
+        if not messages:
+            self.get_session(session_id)
+        return messages
+
+    def tool_calls(self, session_id: str) -> list[ToolCall]:
+        """Every tool call of the session with its result, if it has one, in call order."""
+        calls = self.storage.tool_calls(self.tenant, _check_id(session_id, "session_id"))
+        if not calls:
+            self.get_session(session_id)
+        return calls
+
+    def replay(
+        self, session_id: str, *, until: int | None = None, format: Format = "openai"
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The message list a model accepts, folded from the journal (as of `until`, if given)."""
+        if until is not None:
+            _check_int(until, "until", 1)
+        if format not in ("openai", "anthropic"):
+            raise InvalidArgument("format must be 'openai' or 'anthropic'")
+        session = self.get_session(session_id)
+        compaction = self.storage.newest_compaction(self.tenant, session_id, until)
+        events = [compaction] if compaction else []
+        floor = compaction.payload["until_seq"] if compaction else 0
+        events += self.storage.events(self.tenant, session_id, after=floor, until=until)
+        return replay(events, until=until, format=format, system_prompt=session.system_prompt)
+
+    def context(
+        self,
+        session_id: str,
+        *,
+        max_tokens: int,
+        tokenizer: Tokenizer | None = None,
+        format: Format = "openai",
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The longest suffix of the replay that fits `max_tokens`, cut only before a user
+        message. Reads backwards from the newest event, so its cost follows what it returns."""
+        return self.context_fit(
+            session_id, max_tokens=max_tokens, tokenizer=tokenizer, format=format
+        ).messages
+
+    def context_fit(
+        self,
+        session_id: str,
+        *,
+        max_tokens: int,
+        tokenizer: Tokenizer | None = None,
+        format: Format = "openai",
+    ) -> ContextFit:
+        _check_int(max_tokens, "max_tokens", 1)
+        session = self.get_session(session_id)
+        compaction = self.storage.newest_compaction(self.tenant, session_id, None)
+        floor = compaction.payload["until_seq"] if compaction else 0
+        head = [compaction] if compaction else []
+        window: list[Event] = []
+        upper, page = session.last_seq, 64
+        while True:
+            older = self.storage.events(
+                self.tenant, session_id, after=floor, until=upper, limit=page, newest_first=True
+            )
+            window[:0] = reversed(older)
+            complete = len(older) < page or (bool(window) and window[0].seq == floor + 1)
+            users = [
+                e.seq for e in window if e.type == "user_message" and "supersedes" not in e.payload
+            ]
+            if complete or users:
+                fit = fit_context(
+                    head + window,
+                    max_tokens=max_tokens,
+                    complete=complete,
+                    system_prompt=session.system_prompt,
+                    tokenizer=tokenizer,
+                    format=format,
+                )
+                if complete or fit.cut_seq != users[0]:
+                    return fit
+            upper = window[0].seq - 1
+            page = min(page * 4, 4096)
+
+    # -- live -------------------------------------------------------------------------------
+
+    def subscribe(
+        self, session_id: str, *, after: int = 0, poll_interval: float = 0.2
+    ) -> Iterator[Event]:
+        """Every event with seq > after, then each new one as it commits (in order, no gap, no
+        duplicate). Ends after the event that deletes the session. Other processes' commits
+        are found by polling every `poll_interval` seconds."""
+        _check_int(after, "after", 0)
+        self.get_session(session_id)
+        signal = self.storage.signal
+        cursor = after
+        while True:
+            seen = signal.version
+            page = self.storage.events(self.tenant, session_id, after=cursor, limit=500)
+            for event in page:
+                yield event
+                cursor = event.seq
+                if event.type == "session_updated" and event.payload.get("status") == "deleted":
+                    return
+            if len(page) < 500:
+                signal.wait(seen, poll_interval)
+
+    def subscribe_all(
+        self, *, after: str | None = None, poll_interval: float = 0.2
+    ) -> Iterator[Event]:
+        """The tenant's global feed after `after` (a position), then live, in commit order."""
+        signal = self.storage.signal
+        cursor = after
+        while True:
+            seen = signal.version
+            page = self.events_all(after=cursor, limit=500)
+            for event in page:
+                yield event
+                cursor = event.position
+            if len(page) < 500:
+                signal.wait(seen, poll_interval)
+
+    # -- verify -----------------------------------------------------------------------------
+
+    def verify(self, *, rebuild: bool = False) -> VerifyReport:
+        """Rebuild every projection of this tenant from the journal with the pure fold, compare
+        with what is stored, and report each difference; `rebuild=True` also repairs them."""
+        report = VerifyReport(integrity=self.storage.integrity_errors())
+        for session_id in self.storage.session_ids(self.tenant):
+            events = self.storage.events(self.tenant, session_id)
+            stored = self.storage.session(self.tenant, session_id)
+            if stored is None:  # purged while we looked
+                continue
+            report.sessions_checked += 1
+            report.events_checked += len(events)
+            report.journal_errors += verify.journal_errors(session_id, events)
+            expected = projection.fold(session_id, self.tenant, events)
+            found = verify.compare_session(
+                expected,
+                stored,
+                self.storage.messages(self.tenant, session_id, None),
+                self.storage.tool_calls(self.tenant, session_id),
+            )
+            report.differences += found
+            if found and rebuild:
+                self._rewrite(expected)
+                report.rebuilt.append(session_id)
+        return report
+
+    def _rewrite(self, expected: projection.Projection) -> None:
+        self.storage.write(lambda tx: tx.replace_projection(self.tenant, expected))

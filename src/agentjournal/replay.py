@@ -1,0 +1,300 @@
+"""The pure fold from a session's events to model-ready messages (DESIGN.md, "Replay and context").
+
+One fold (`_fold`) turns events into internal messages, each with an anchor (the seq of the event
+that opened it); `replay` renders them in the OpenAI or Anthropic shape and `fit_context` picks the
+longest suffix that fits a token budget. No I/O: the journal reads the events and calls in here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentjournal.errors import ContextTooLarge
+from agentjournal.events import MESSAGE_ROLES, Event
+
+__all__ = ["ContextFit", "Format", "Tokenizer", "estimate_tokens", "fit_context", "replay"]
+
+Tokenizer = Callable[[dict[str, Any]], int]
+Format = Literal["openai", "anthropic"]
+_FORMATS: tuple[str, ...] = ("openai", "anthropic")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class _Msg:
+    anchor: int
+    role: str  # system | user | assistant | tool
+    content: str | None
+    calls: list[_Call] = field(default_factory=list)
+    call_id: str = ""  # tool messages only
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Fold:
+    system_prompt: str | None
+    summary: str | None
+    messages: list[_Msg]
+
+
+def estimate_tokens(message: dict[str, Any]) -> int:
+    """ceil(UTF-8 bytes / 3) + 4 for one OpenAI-shape message: the one place tokens are estimated.
+
+    The bytes are the message's `content` if it is a string, plus the function name and arguments
+    of each of its tool calls.
+    """
+    size = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        size += len(content.encode("utf-8"))
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        size += len(function["name"].encode("utf-8")) + len(function["arguments"].encode("utf-8"))
+    return -(-size // 3) + 4
+
+
+def _fold(events: Iterable[Event], until: int | None, system_prompt: str | None) -> _Fold:
+    kept = [e for e in events if until is None or e.seq <= until]
+    prompt: str | None = None
+    compaction: Event | None = None
+    for event in kept:
+        if event.type == "session_created":
+            prompt = event.payload.get("system_prompt")
+        elif event.type == "context_compacted":
+            compaction = event  # events ascend, so the last one seen is the newest
+    if system_prompt is not None:
+        prompt = system_prompt
+    floor = compaction.payload["until_seq"] if compaction else 0
+    summary = compaction.payload["summary"] if compaction else None
+
+    messages: list[_Msg] = []
+    originals: dict[int, _Msg] = {}
+    results: dict[str, tuple[str, bool]] = {}
+    # What the previous shown event was, to find one model response: its text, then its calls.
+    previous = ""
+    for event in kept:
+        kind, payload = event.type, event.payload
+        if event.seq <= floor:
+            continue
+        if kind in MESSAGE_ROLES:
+            target = payload.get("supersedes")
+            if target is None:
+                message = _Msg(event.seq, MESSAGE_ROLES[kind], payload["content"])
+                messages.append(message)
+                originals[event.seq] = message
+            elif (original := originals.get(target)) is not None:
+                original.content = payload["content"]
+            previous = "text" if kind == "assistant_message" and target is None else kind
+        elif kind == "tool_call":
+            call = _Call(payload["call_id"], payload["name"], payload["arguments"])
+            if previous in ("text", "tool_call"):
+                messages[-1].calls.append(call)
+            else:
+                messages.append(_Msg(event.seq, "assistant", None, [call]))
+            previous = kind
+        elif kind == "tool_result":
+            results.setdefault(
+                payload["call_id"], (payload["content"], bool(payload.get("is_error")))
+            )
+            previous = kind
+
+    shown: list[_Msg] = []
+    for message in messages:
+        if not message.calls:
+            shown.append(message)
+            continue
+        # A call without a result is left out, so the output is always valid model input.
+        message.calls = [call for call in message.calls if call.call_id in results]
+        if message.calls or message.content is not None:
+            shown.append(message)
+        for call in message.calls:
+            content, is_error = results[call.call_id]
+            shown.append(
+                _Msg(message.anchor, "tool", content, call_id=call.call_id, is_error=is_error)
+            )
+    return _Fold(prompt or None, summary or None, shown)
+
+
+def _header(fold: _Fold) -> list[dict[str, Any]]:
+    texts = (fold.system_prompt, fold.summary)
+    return [{"role": "system", "content": text} for text in texts if text]
+
+
+def _openai(message: _Msg) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+    if not message.calls:
+        return {"role": message.role, "content": message.content}
+    calls = [
+        {
+            "id": c.call_id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},
+        }
+        for c in message.calls
+    ]
+    return {"role": "assistant", "content": message.content, "tool_calls": calls}
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(arguments, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"arguments": arguments}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _anthropic_one(message: _Msg) -> dict[str, Any]:
+    if message.role == "tool":
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.call_id,
+            "content": message.content,
+        }
+        if message.is_error:
+            block["is_error"] = True
+        return {"role": "user", "content": [block]}
+    if not message.calls:
+        return {"role": message.role, "content": message.content}
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": c.call_id, "name": c.name, "input": _tool_input(c.arguments)}
+        for c in message.calls
+    )
+    return {"role": "assistant", "content": blocks}
+
+
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
+
+
+def _anthropic(fold: _Fold, messages: Sequence[_Msg]) -> dict[str, Any]:
+    texts = [fold.system_prompt, fold.summary]
+    texts.extend(m.content for m in messages if m.role == "system")
+    system = "\n\n".join(text for text in texts if text)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        rendered = _anthropic_one(message)
+        if out and out[-1]["role"] == rendered["role"]:
+            # Anthropic requires the roles to alternate, so same-role neighbours become one message.
+            merged = _blocks(out[-1]["content"]) + _blocks(rendered["content"])
+            out[-1] = {"role": rendered["role"], "content": merged or ""}
+        else:
+            out.append(rendered)
+    return {"system": system or None, "messages": out}
+
+
+def _render(
+    fold: _Fold, messages: Sequence[_Msg], format: Format
+) -> list[dict[str, Any]] | dict[str, Any]:
+    if format == "anthropic":
+        return _anthropic(fold, messages)
+    return _header(fold) + [_openai(m) for m in messages]
+
+
+def _check_format(format: str) -> None:
+    if format not in _FORMATS:
+        raise ValueError(f"format must be one of {', '.join(_FORMATS)}, got {format!r}")
+
+
+def replay(
+    events: Iterable[Event],
+    *,
+    until: int | None = None,
+    format: Format = "openai",
+    system_prompt: str | None = None,
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """Fold one session's events (ascending seq) into messages the model accepts as they are.
+
+    `until` ignores events after that seq (time travel). `system_prompt`, when not None, replaces
+    the one in `session_created` (for folding a suffix that lacks seq 1). Returns a list of OpenAI
+    Chat Completions messages, or for `format="anthropic"` `{"system": str | None, "messages": []}`.
+    """
+    _check_format(format)
+    fold = _fold(events, until, system_prompt)
+    return _render(fold, fold.messages, format)
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """The suffix of the replay that `fit_context` chose."""
+
+    messages: list[dict[str, Any]] | dict[str, Any]  # the same shape as replay() for the format
+    cut_seq: int | None  # seq of the user message the suffix starts at; None = nothing was cut
+    tokens: int  # total estimated tokens, system prompt and summary included
+
+
+def fit_context(
+    events: Sequence[Event],
+    *,
+    max_tokens: int,
+    complete: bool,
+    system_prompt: str | None = None,
+    tokenizer: Tokenizer | None = None,
+    format: Format = "openai",
+) -> ContextFit:
+    """The longest suffix of the replay within `max_tokens`, cut only before a user message.
+
+    The system prompt and any compaction summary are always kept and counted. Each OpenAI-shape
+    message costs `tokenizer(message)`, or `estimate_tokens(message)` without a tokenizer, whatever
+    the output format. A cut at user seq s keeps every message anchored at s or later (a tool result
+    anchors at its call), so no result is separated from its call.
+
+    `events` (ascending seq) is either the whole history, from seq 1 or from the newest
+    `context_compacted` on (`complete=True`; the start of the replay is then a candidate and
+    `cut_seq` is None when everything fits), or a window of the newest events, possibly preceded by
+    the newest compaction (`complete=False`). A window must hold at least one user message after
+    the compaction, else `ValueError`. Contract for the caller reading backwards: when `complete`
+    is False and `cut_seq` is the earliest user message of the window, an older turn might fit
+    too, so read further back and call again; any other result, and `ContextTooLarge`, are final.
+
+    Raises `ContextTooLarge` (giving the smallest candidate's tokens and the budget) if not even
+    the newest user turn fits, and `ValueError` if `max_tokens` < 1.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    _check_format(format)
+    count = tokenizer or estimate_tokens
+    fold = _fold(events, None, system_prompt)
+    fixed = sum(count(m) for m in _header(fold))
+    costs = [count(_openai(m)) for m in fold.messages]
+    # Longest first: (index the suffix starts at, cut_seq).
+    candidates: list[tuple[int, int | None]] = [(0, None)] if complete else []
+    candidates += [(i, m.anchor) for i, m in enumerate(fold.messages) if m.role == "user"]
+    if not candidates:
+        raise ValueError(
+            "a window (complete=False) must hold a user message after the newest compaction; "
+            "read further back"
+        )
+    remaining = sum(costs)
+    position = 0
+    for start, cut_seq in candidates:
+        remaining -= sum(costs[position:start])
+        position = start
+        if fixed + remaining <= max_tokens:
+            kept = fold.messages[start:]
+            return ContextFit(_render(fold, kept, format), cut_seq, fixed + remaining)
+    where = f"from the user message at seq {cut_seq}" if cut_seq is not None else "the whole replay"
+    raise ContextTooLarge(
+        f"the smallest context ({where}, with the system prompt and summary) is "
+        f"{fixed + remaining} tokens; the budget is {max_tokens}"
+    )
