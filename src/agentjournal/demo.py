@@ -181,7 +181,9 @@ def main(db: str | None = None, *, keep: bool = False) -> int:
     console.rule()
     elapsed = time.perf_counter() - started
     verdict = "[green]all checks passed[/]" if ok else "[red]a check failed[/]"
-    console.print(f"{verdict} in {elapsed:.1f} s. Database: {path}" + ("" if keep else " (removed)"))
+    console.print(
+        f"{verdict} in {elapsed:.1f} s. Database: {path}" + ("" if keep else " (removed)")
+    )
     if not keep:
         for suffix in ("", "-wal", "-shm"):
             Path(path + suffix).unlink(missing_ok=True)

@@ -192,11 +192,13 @@ class Journal:
             if event.idempotency_key is not None:
                 existing = tx.session_by_key(self.tenant, event.idempotency_key)
                 if existing is not None:
-                    resolve_retry([event], tx.events_by_keys(existing, [event.idempotency_key]))
+                    found = tx.events_by_keys(self.tenant, existing, [event.idempotency_key])
+                    resolve_retry([event], found)
                     return existing, False
             if tx.session_state(self.tenant, sid) is not None:
                 raise Conflict(f"session id {sid!r} is already taken")
             tx.insert_session(self.tenant, sid, created_at, event.idempotency_key)
+            tx.reserve_seqs(self.tenant, sid, 1, created_at)
             tx.insert_events(self.tenant, sid, 1, [event], created_at)
             return sid, True
 
@@ -357,7 +359,7 @@ class Journal:
             if key is not None:
                 existing = tx.session_by_key(self.tenant, key)
                 if existing is not None:
-                    original = tx.events_by_keys(existing, [key]).get(key)
+                    original = tx.events_by_keys(self.tenant, existing, [key]).get(key)
                     if (
                         original is None
                         or original.payload["from_session_id"] != session_id
@@ -382,11 +384,12 @@ class Journal:
             forked = self._prepare(
                 "session_forked", {"from_session_id": session_id, "at_seq": at}, key, reserved=True
             )
-            tx.insert_session(self.tenant, new_id, created_at, key)
-            tx.copy_events(self.tenant, session_id, new_id, at)
             extra = [forked]
             if title is not None:
                 extra.append(self._prepare("session_updated", {"title": title}, reserved=True))
+            tx.insert_session(self.tenant, new_id, created_at, key)
+            tx.reserve_seqs(self.tenant, new_id, at + len(extra), created_at)
+            tx.copy_events(self.tenant, session_id, new_id, at)
             tx.insert_events(self.tenant, new_id, at + 1, extra, created_at)
             return new_id
 
@@ -416,13 +419,14 @@ class Journal:
         keys = [event.idempotency_key for event in batch if event.idempotency_key is not None]
 
         def work(tx: WriteTx) -> tuple[list[Event], bool]:
-            state = tx.session_state(self.tenant, session_id)
-            if state is None:
-                raise SessionNotFound(session_id)
             if keys:
-                originals = resolve_retry(batch, tx.events_by_keys(session_id, keys))
+                originals = resolve_retry(batch, tx.events_by_keys(self.tenant, session_id, keys))
                 if originals is not None:
                     return originals, False
+            # Taking the seqs first locks the session row; a failure below undoes it.
+            state = tx.reserve_seqs(self.tenant, session_id, len(batch), created_at)
+            if state is None:
+                raise SessionNotFound(session_id)
             if expected_seq is not None and expected_seq != state.last_seq:
                 raise Conflict(
                     f"expected_seq={expected_seq} but the session's last seq is {state.last_seq}:"

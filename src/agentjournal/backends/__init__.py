@@ -26,10 +26,19 @@ class WriteTx(HistoryView, Protocol):
 
     def session_state(self, tenant: str, session_id: str) -> SessionState | None: ...
 
+    def reserve_seqs(
+        self, tenant: str, session_id: str, count: int, updated_at: int
+    ) -> SessionState | None:
+        """Lock the session row and take the next `count` seqs (event_count and updated_at move
+        with them). Returns the state before, or None if there is no such session. The
+        reservation is undone with the transaction if the append fails."""
+
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         """The session that `create_session`/`fork` made with this key, if any."""
 
-    def events_by_keys(self, session_id: str, keys: Sequence[str]) -> dict[str, Event]: ...
+    def events_by_keys(
+        self, tenant: str, session_id: str, keys: Sequence[str]
+    ) -> dict[str, Event]: ...
 
     def insert_session(
         self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None
@@ -44,11 +53,12 @@ class WriteTx(HistoryView, Protocol):
         events: Sequence[PreparedEvent],
         created_at: int,
     ) -> list[Event]:
-        """Store events at first_seq, first_seq + 1, ... and apply their projections."""
+        """Store events at first_seq, first_seq + 1, ... (reserved before) and apply their
+        projections."""
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
         """Copy events 1..until_seq of source into target (same seq and time, new ids, no keys),
-        with their projections. Returns how many were copied."""
+        with their projections; the seqs were reserved before. Returns how many were copied."""
 
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         """Overwrite one session's projection rows (verify --rebuild)."""

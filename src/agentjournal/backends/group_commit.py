@@ -47,7 +47,7 @@ class _Request:
         self.error: BaseException | None = None
         self.done = False
         self.lead = False
-        self.wake = threading.Event()
+        self.wake: threading.Event | None = None  # made only if the caller has to wait
 
 
 class GroupCommit(Generic[Tx]):
@@ -70,12 +70,15 @@ class GroupCommit(Generic[Tx]):
             self._queue.append(request)
             if not self._leading:
                 self._leading = request.lead = True
+            else:
+                request.wake = threading.Event()
         while True:
             if request.lead:
                 request.lead = False
                 self._lead()
             if request.done:
                 break
+            assert request.wake is not None
             request.wake.wait()
             request.wake.clear()
         if request.error is not None:
@@ -94,12 +97,14 @@ class GroupCommit(Generic[Tx]):
                 if self._queue:
                     successor = self._queue[0]
                     successor.lead = True
-                    successor.wake.set()
+                    if successor.wake is not None:
+                        successor.wake.set()
                 else:
                     self._leading = False
             for request in batch:
                 request.done = True
-                request.wake.set()
+                if request.wake is not None:
+                    request.wake.set()
 
     def _commit(self, batch: list[_Request]) -> None:
         control = self._control

@@ -354,6 +354,17 @@ class _SQLiteTx:
         )
         return SessionState(session_id, row[0], row[1]) if row else None
 
+    def reserve_seqs(
+        self, tenant: str, session_id: str, count: int, updated_at: int
+    ) -> SessionState | None:
+        row = self._one(
+            "UPDATE sessions SET last_seq = last_seq + ?1, event_count = event_count + ?1,"
+            " updated_at = ?2 WHERE session_id = ?3 AND tenant = ?4"
+            " RETURNING status, last_seq - ?1",
+            (count, updated_at, session_id, tenant),
+        )
+        return SessionState(session_id, row[0], row[1]) if row else None
+
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         row = self._one(
             "SELECT session_id FROM sessions WHERE tenant = ? AND idempotency_key = ?",
@@ -361,12 +372,13 @@ class _SQLiteTx:
         )
         return row[0] if row else None
 
-    def events_by_keys(self, session_id: str, keys: Sequence[str]) -> dict[str, Event]:
+    def events_by_keys(self, tenant: str, session_id: str, keys: Sequence[str]) -> dict[str, Event]:
         marks = ", ".join("?" * len(keys))
         rows = self.conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events"
-            f" WHERE session_id = ? AND idempotency_key IN ({marks})",
-            (session_id, *keys),
+            " WHERE session_id = ? AND tenant = ? AND idempotency_key IS NOT NULL"
+            f" AND idempotency_key IN ({marks})",
+            (session_id, tenant, *keys),
         ).fetchall()
         events = [_event(row) for row in rows]
         return {event.idempotency_key: event for event in events if event.idempotency_key}
@@ -505,13 +517,12 @@ class _SQLiteTx:
                     case UsageAdded(p, c):
                         prompt += p
                         completion += c
-        last = events[-1]
-        execute(
-            "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
-            " updated_at = ?, prompt_tokens = prompt_tokens + ?,"
-            " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-            (last.seq, last.event_id, len(events), last.created_at, prompt, completion, session_id),
-        )
+        if prompt or completion:
+            execute(
+                "UPDATE sessions SET prompt_tokens = prompt_tokens + ?,"
+                " completion_tokens = completion_tokens + ? WHERE session_id = ?",
+                (prompt, completion, session_id),
+            )
 
     def _update_session(self, session_id: str, fields: dict[str, Any]) -> None:
         assert fields.keys() <= _SESSION_FIELDS, fields.keys()
