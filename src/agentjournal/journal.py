@@ -13,7 +13,8 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from agentjournal import projection, verify
-from agentjournal.backends import Storage, WriteTx
+from agentjournal.appends import AppendOutcome, AppendRequest, append_group
+from agentjournal.backends import EventRow, Storage, WriteTx
 from agentjournal.errors import (
     Conflict,
     InvalidArgument,
@@ -30,7 +31,7 @@ from agentjournal.events import (
 )
 from agentjournal.projection import Message, Session, ToolCall
 from agentjournal.replay import ContextFit, Format, Tokenizer, fit_context, replay
-from agentjournal.rules import check_appendable, resolve_retry
+from agentjournal.rules import SessionState, resolve_retry
 from agentjournal.verify import VerifyReport
 
 __all__ = ["Journal"]
@@ -108,6 +109,7 @@ class Journal:
         `durability="full"` (the default) survives power loss; `"normal"` survives a process
         crash but may lose the last acknowledged commits on power loss (never half of one).
         """
+        _check_id(tenant, "tenant")
         target = str(url)
         if target.startswith(("postgresql://", "postgres://")):
             raise InvalidArgument("the PostgreSQL backend is not available in this version yet")
@@ -192,14 +194,13 @@ class Journal:
             if event.idempotency_key is not None:
                 existing = tx.session_by_key(self.tenant, event.idempotency_key)
                 if existing is not None:
-                    found = tx.events_by_keys(self.tenant, existing, [event.idempotency_key])
-                    resolve_retry([event], found)
+                    found = tx.events_by_keys([(existing, event.idempotency_key)])
+                    resolve_retry([event], {k: e for (_, k), e in found.items()})
                     return existing, False
-            if tx.session_state(self.tenant, sid) is not None:
+            if tx.session_states([sid]):
                 raise Conflict(f"session id {sid!r} is already taken")
             tx.insert_session(self.tenant, sid, created_at, event.idempotency_key)
-            tx.reserve_seqs(self.tenant, sid, 1, created_at)
-            tx.insert_events(self.tenant, sid, 1, [event], created_at)
+            tx.insert_events([EventRow(self.tenant, sid, 1, event, created_at)])
             return sid, True
 
         created_id, created = self.storage.write(work)
@@ -241,7 +242,7 @@ class Journal:
         at = now_ms()
 
         def work(tx: WriteTx) -> int:
-            if tx.session_state(self.tenant, session_id) is None:
+            if self._state(tx, session_id) is None:
                 raise SessionNotFound(session_id)
             return tx.purge(self.tenant, session_id, actor, at)
 
@@ -359,15 +360,16 @@ class Journal:
             if key is not None:
                 existing = tx.session_by_key(self.tenant, key)
                 if existing is not None:
-                    original = tx.events_by_keys(self.tenant, existing, [key]).get(key)
+                    original = tx.events_by_keys([(existing, key)]).get((existing, key))
                     if (
                         original is None
+                        or original.type != "session_forked"
                         or original.payload["from_session_id"] != session_id
                         or (at_seq is not None and original.payload["at_seq"] != at_seq)
                     ):
                         raise Conflict(f"idempotency key {key!r} was used for another request")
                     return existing
-            state = tx.session_state(self.tenant, session_id)
+            state = self._state(tx, session_id)
             if state is None:
                 raise SessionNotFound(session_id)
             at = state.last_seq if at_seq is None else at_seq
@@ -388,9 +390,13 @@ class Journal:
             if title is not None:
                 extra.append(self._prepare("session_updated", {"title": title}, reserved=True))
             tx.insert_session(self.tenant, new_id, created_at, key)
-            tx.reserve_seqs(self.tenant, new_id, at + len(extra), created_at)
             tx.copy_events(self.tenant, session_id, new_id, at)
-            tx.insert_events(self.tenant, new_id, at + 1, extra, created_at)
+            tx.insert_events(
+                [
+                    EventRow(self.tenant, new_id, seq, event, created_at)
+                    for seq, event in enumerate(extra, start=at + 1)
+                ]
+            )
             return new_id
 
         return self.get_session(self.storage.write(work))
@@ -415,29 +421,14 @@ class Journal:
         _check_id(session_id, "session_id")
         if expected_seq is not None:
             _check_int(expected_seq, "expected_seq", 0)
-        created_at = now_ms()
-        keys = [event.idempotency_key for event in batch if event.idempotency_key is not None]
+        request = AppendRequest(self.tenant, session_id, batch, expected_seq, now_ms())
+        outcome: AppendOutcome = self.storage.write_grouped(append_group, request)
+        return outcome
 
-        def work(tx: WriteTx) -> tuple[list[Event], bool]:
-            if keys:
-                originals = resolve_retry(batch, tx.events_by_keys(self.tenant, session_id, keys))
-                if originals is not None:
-                    return originals, False
-            # Taking the seqs first locks the session row; a failure below undoes it.
-            state = tx.reserve_seqs(self.tenant, session_id, len(batch), created_at)
-            if state is None:
-                raise SessionNotFound(session_id)
-            if expected_seq is not None and expected_seq != state.last_seq:
-                raise Conflict(
-                    f"expected_seq={expected_seq} but the session's last seq is {state.last_seq}:"
-                    " someone else appended first; read the new events and retry"
-                )
-            check_appendable(state, batch, tx)
-            return tx.insert_events(
-                self.tenant, session_id, state.last_seq + 1, batch, created_at
-            ), True
-
-        return self.storage.write(work)
+    def _state(self, tx: WriteTx, session_id: str) -> SessionState | None:
+        """The session's state if it exists in this journal's tenant."""
+        state = tx.session_states([session_id]).get(session_id)
+        return state if state is not None and state.tenant == self.tenant else None
 
     # -- reads ------------------------------------------------------------------------------
 

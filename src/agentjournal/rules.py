@@ -12,7 +12,7 @@ from typing import Protocol
 from agentjournal.errors import Conflict, InvalidEvent, SessionClosed, UnknownToolCall
 from agentjournal.events import MESSAGE_ROLES, Event, PreparedEvent, canonical_json
 
-__all__ = ["HistoryView", "SessionState", "check_appendable", "resolve_retry"]
+__all__ = ["HistoryView", "SessionRules", "SessionState", "check_appendable", "resolve_retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,7 @@ class SessionState:
     """What the rules need of the session row, read under the write lock."""
 
     session_id: str
+    tenant: str
     status: str
     last_seq: int
 
@@ -69,29 +70,44 @@ def resolve_retry(batch: Sequence[PreparedEvent], found: dict[str, Event]) -> li
 def check_appendable(
     state: SessionState, batch: Sequence[PreparedEvent], view: HistoryView
 ) -> None:
-    """Raise if `batch` may not follow the session's history; events are checked in order, each
-    against the history plus the events before it in the batch."""
-    keys = [event.idempotency_key for event in batch if event.idempotency_key is not None]
-    if len(keys) != len(set(keys)):
-        raise InvalidEvent("a batch must not use one idempotency key twice")
-    checker = _BatchChecker(state, view)
-    for offset, event in enumerate(batch, start=1):
-        checker.check(state.last_seq + offset, event)
+    """Raise if `batch` may not follow the session's history."""
+    SessionRules(state, view).append(batch)
 
 
-class _BatchChecker:
-    """Carries what the batch itself has done so far (status, calls, messages, compaction)."""
+class SessionRules:
+    """The rules for one session inside one write transaction.
+
+    `append(batch)` checks each event against the stored history (through `view`) plus every
+    batch this object accepted before, then remembers the batch; a rejected batch leaves no trace.
+    So group commit can check many callers' batches for one session before writing any of them.
+    """
 
     def __init__(self, state: SessionState, view: HistoryView) -> None:
         self.session_id = state.session_id
         self.status = state.status
+        self.last_seq = state.last_seq
         self.view = view
-        self.calls: dict[str, int] = {}  # call_id -> seq of its result in this batch, 0 if none
+        self.calls: dict[str, int] = {}  # call_id -> seq of its result, 0 while it has none
         self.call_seqs: dict[str, int] = {}
         self.messages: dict[int, tuple[str, bool]] = {}
         self.floor: int | None = None
 
-    def check(self, seq: int, event: PreparedEvent) -> None:
+    def append(self, batch: Sequence[PreparedEvent]) -> None:
+        keys = [event.idempotency_key for event in batch if event.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise InvalidEvent("a batch must not use one idempotency key twice")
+        saved = (self.status, dict(self.calls), dict(self.call_seqs), self.floor)
+        try:
+            for offset, event in enumerate(batch, start=1):
+                self._check_event(self.last_seq + offset, event)
+        except BaseException:
+            self.status, self.calls, self.call_seqs, self.floor = saved
+            last = self.last_seq
+            self.messages = {seq: kind for seq, kind in self.messages.items() if seq <= last}
+            raise
+        self.last_seq += len(batch)
+
+    def _check_event(self, seq: int, event: PreparedEvent) -> None:
         payload = event.payload
         if self.status == "deleted" and not (
             event.type == "session_updated" and payload.get("status") == "active"

@@ -8,57 +8,72 @@ whose meaning each backend chooses; everything else is plain Python values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from agentjournal.backends.group_commit import CommitSignal
 from agentjournal.events import Event, PreparedEvent
 from agentjournal.projection import Message, Projection, Session, ToolCall
-from agentjournal.rules import HistoryView, SessionState
+from agentjournal.rules import SessionState
 
-__all__ = ["Storage", "WriteTx"]
+__all__ = ["EventRow", "Storage", "WriteTx"]
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
 
 
-class WriteTx(HistoryView, Protocol):
-    """One caller's share of a write transaction. Everything it writes commits or none of it."""
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """An event the rules accepted, with the place they gave it."""
 
-    def session_state(self, tenant: str, session_id: str) -> SessionState | None: ...
+    tenant: str
+    session_id: str
+    seq: int
+    event: PreparedEvent
+    created_at: int
 
-    def reserve_seqs(
-        self, tenant: str, session_id: str, count: int, updated_at: int
-    ) -> SessionState | None:
-        """Lock the session row and take the next `count` seqs (event_count and updated_at move
-        with them). Returns the state before, or None if there is no such session. The
-        reservation is undone with the transaction if the append fails."""
+
+class WriteTx(Protocol):
+    """What work running inside `Storage.write` may read and write. Everything it writes
+    commits with the transaction or not at all."""
+
+    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
+        """The sessions that exist, by id, whatever their tenant (the caller checks it). Where
+        the database needs it (PostgreSQL), the rows are locked for the transaction."""
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         """The session that `create_session`/`fork` made with this key, if any."""
 
-    def events_by_keys(
-        self, tenant: str, session_id: str, keys: Sequence[str]
-    ) -> dict[str, Event]: ...
+    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
+        """Stored events by (session_id, idempotency_key)."""
+
+    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """pending / ok / error by (session_id, call_id), for the calls that exist."""
+
+    def message_kinds(
+        self, pairs: Collection[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[str, bool]]:
+        """(type, is_correction) of message events by (session_id, seq)."""
+
+    def compaction_floor(self, session_id: str) -> int:
+        """The newest `context_compacted` event's until_seq, 0 if none."""
+
+    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+        """(call_id, result_seq or 0) of calls made at or before `seq` whose result is not."""
 
     def insert_session(
         self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None
     ) -> None:
         """A bare session row; its first event's projection fills it in."""
 
-    def insert_events(
-        self,
-        tenant: str,
-        session_id: str,
-        first_seq: int,
-        events: Sequence[PreparedEvent],
-        created_at: int,
-    ) -> list[Event]:
-        """Store events at first_seq, first_seq + 1, ... (reserved before) and apply their
-        projections."""
+    def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
+        """Store the events (of any sessions, each session's in seq order) and apply their
+        projections, including the sessions' counters. Returns them stored, in order."""
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
         """Copy events 1..until_seq of source into target (same seq and time, new ids, no keys),
-        with their projections; the seqs were reserved before. Returns how many were copied."""
+        with their projections. Returns how many were copied."""
 
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         """Overwrite one session's projection rows (verify --rebuild)."""
@@ -74,6 +89,13 @@ class Storage(Protocol):
         """Run `work` in a write transaction and return after it committed (group commit may
         share the transaction with other callers; a failure of `work` rolls back only its own
         writes)."""
+
+    def write_grouped(
+        self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
+    ) -> T:
+        """Like `write`, but every item for the same `work` that meets in one commit is served
+        by one call; `work` returns an outcome per item (a result or the exception it failed
+        with, having written nothing for it)."""
 
     def session(self, tenant: str, session_id: str) -> Session | None: ...
 

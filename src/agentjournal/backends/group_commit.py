@@ -1,11 +1,17 @@
 """Group commit: concurrent writers share one transaction, and each returns only after it committed.
 
 LevelDB's write queue: a caller that finds no commit in progress leads; it takes everything queued
-(its own request first), runs each request in a savepoint of one transaction, commits, wakes the
-callers it served and hands the lead to the first caller still waiting. A lone writer therefore
-commits its own request at once, with no thread hand-off and no savepoint; under contention one
-commit (one fsync) acknowledges many appends. A request that raises rolls back to its savepoint and
-fails alone.
+(its own request first), runs it in one transaction, commits, wakes the callers it served and
+hands the lead to the first caller still waiting. A lone writer therefore commits its own request
+at once, with no thread hand-off and no savepoint; under contention one commit (one fsync)
+acknowledges many writes.
+
+Requests that name the same group function and meet in one commit are passed to it together, so it
+can serve them with a few statements in all rather than a few each (appends use this: with 16
+writers on 2 cores, every statement is a GIL hand-off). A group function returns one outcome per
+item — a result, or the exception that item failed with, having written nothing for it. If it
+raises instead, its writes are rolled back and each item is retried alone, so one caller's bad
+request never fails another's.
 
 `CommitSignal` tells subscribers, in threads or in asyncio tasks, that something committed.
 """
@@ -14,15 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from agentjournal.errors import StorageError
 
-__all__ = ["CommitSignal", "GroupCommit", "TransactionControl"]
+__all__ = ["CommitSignal", "GroupCommit", "GroupWork", "TransactionControl"]
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
 Tx = TypeVar("Tx")
+
+# A group function: (transaction, items) -> one result or exception per item.
+GroupWork = Callable[[Tx, Sequence[Any]], Sequence[Any]]
 
 
 class TransactionControl(Protocol[Tx]):
@@ -39,15 +49,22 @@ class TransactionControl(Protocol[Tx]):
 
 
 class _Request:
-    __slots__ = ("done", "error", "lead", "result", "wake", "work")
+    __slots__ = ("done", "error", "item", "lead", "result", "wake", "work")
 
-    def __init__(self, work: Callable[[Any], Any]) -> None:
+    def __init__(self, work: GroupWork[Any], item: Any) -> None:
         self.work = work
+        self.item = item
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
         self.lead = False
         self.wake: threading.Event | None = None  # made only if the caller has to wait
+
+    def settle(self, outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            self.error = outcome
+        else:
+            self.result = outcome
 
 
 class GroupCommit(Generic[Tx]):
@@ -65,7 +82,13 @@ class GroupCommit(Generic[Tx]):
         self._leading = False
 
     def submit(self, work: Callable[[Tx], T]) -> T:
-        request = _Request(work)
+        """Run `work(tx)` alone (within a shared transaction) and return its result."""
+        result: T = self.submit_grouped(_alone, work)
+        return result
+
+    def submit_grouped(self, work: Callable[[Tx, Sequence[I]], Sequence[Any]], item: I) -> Any:
+        """Have `work(tx, items)` serve `item`, with any other items for `work` in this commit."""
+        request = _Request(work, item)
         with self._lock:
             self._queue.append(request)
             if not self._leading:
@@ -83,15 +106,26 @@ class GroupCommit(Generic[Tx]):
             request.wake.clear()
         if request.error is not None:
             raise request.error
-        result: T = request.result
-        return result
+        return request.result
 
     def _lead(self) -> None:
+        # Begin before taking the queue: BEGIN gives up the GIL, and the callers that run
+        # meanwhile queue their requests in time to join this transaction.
+        try:
+            self._control.begin()
+        except BaseException as exc:
+            began: BaseException | None = exc
+        else:
+            began = None
         with self._lock:
             batch = self._queue[: self._max_batch]
             del self._queue[: self._max_batch]
         try:
-            self._commit(batch)
+            if began is not None:
+                for request in batch:
+                    request.error = began
+            else:
+                self._commit(batch)
         finally:
             with self._lock:
                 if self._queue:
@@ -108,30 +142,24 @@ class GroupCommit(Generic[Tx]):
 
     def _commit(self, batch: list[_Request]) -> None:
         control = self._control
-        try:
-            control.begin()
-        except BaseException as exc:
-            for request in batch:
-                request.error = exc
-            return
         if len(batch) == 1:
             # The uncontended path: no savepoint, the whole transaction is the caller's.
             request = batch[0]
             try:
-                request.result = request.work(control.tx)
+                request.settle(request.work(control.tx, [request.item])[0])
             except BaseException as exc:
                 request.error = exc
+            if request.error is not None:
                 control.rollback()
                 return
         else:
-            for request in batch:
-                control.savepoint()
-                try:
-                    request.result = request.work(control.tx)
-                except BaseException as exc:
-                    request.error = exc
-                    control.rollback_to_savepoint()
-                control.release()
+            start = 0
+            while start < len(batch):
+                end = start + 1
+                while end < len(batch) and batch[end].work is batch[start].work:
+                    end += 1
+                self._run_group(batch[start:end])
+                start = end
         try:
             control.commit()
         except BaseException as exc:
@@ -142,6 +170,29 @@ class GroupCommit(Generic[Tx]):
                     request.error = failure
             return
         self._on_commit()
+
+    def _run_group(self, group: list[_Request]) -> None:
+        control = self._control
+        control.savepoint()
+        try:
+            outcomes = group[0].work(control.tx, [request.item for request in group])
+        except BaseException as exc:
+            control.rollback_to_savepoint()
+            control.release()
+            if len(group) == 1:
+                group[0].error = exc
+            else:
+                for request in group:
+                    self._run_group([request])
+            return
+        control.release()
+        for request, outcome in zip(group, outcomes, strict=True):
+            request.settle(outcome)
+
+
+def _alone(tx: Any, works: Sequence[Callable[[Any], Any]]) -> list[Any]:
+    # Plain work has no failure outcome of its own: if one raises, the group retries each alone.
+    return [work(tx) for work in works]
 
 
 class CommitSignal:

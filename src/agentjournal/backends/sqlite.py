@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from agentjournal.backends import WriteTx
+from agentjournal.backends import EventRow, WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
-from agentjournal.events import MESSAGE_ROLES, Event, PreparedEvent, canonical_json
+from agentjournal.events import MESSAGE_ROLES, Event, canonical_json
 from agentjournal.projection import (
     Message,
     MessageAdded,
@@ -39,6 +39,7 @@ from agentjournal.rules import SessionState
 __all__ = ["SQLiteStorage"]
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
 
 SYNCHRONOUS: Final = {"full": 2, "normal": 1}
 BUSY_TIMEOUT_MS: Final = 60_000
@@ -51,6 +52,28 @@ _SESSION_COLUMNS = (
 )
 _MESSAGE_COLUMNS = "session_id, seq, role, content, tokens, edited_seq, created_at"
 _TOOL_CALL_COLUMNS = "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
+
+
+def _insert_statements(table: str, columns: Sequence[str], returning: str = "") -> tuple[str, str]:
+    """INSERT of one row (VALUES) and of many (a JSON array of rows, through json_each)."""
+    names = ", ".join(columns)
+    one = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+    picks = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(columns)))
+    many = f"INSERT INTO {table} ({names}) SELECT {picks} FROM json_each(?) ORDER BY key"
+    return one, many + (f" RETURNING {returning}" if returning else "")
+
+
+_INSERT_EVENTS: Final = _insert_statements(
+    "events",
+    ("tenant", "session_id", "seq", "type", "payload", "idempotency_key", "created_at"),
+    returning="event_id, session_id, seq",
+)
+_INSERT_MESSAGES: Final = _insert_statements(
+    "messages", ("session_id", "seq", "role", "content", "tokens", "created_at")
+)
+_INSERT_TOOL_CALLS: Final = _insert_statements(
+    "tool_calls", ("session_id", "call_id", "name", "arguments", "call_seq")
+)
 _SESSION_FIELDS: Final = frozenset(
     {
         "title",
@@ -214,6 +237,19 @@ class SQLiteStorage:
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
 
+    def write_grouped(
+        self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
+    ) -> T:
+        if self._closed:
+            raise StorageError("the journal is closed")
+        try:
+            result: T = self._group.submit_grouped(work, item)
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"the database refused the write: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"write failed: {exc}") from exc
+        return result
+
     def checkpoint(self) -> None:
         """Move the WAL into the main file and truncate it (after a purge: no copy lingers)."""
         # Its own connection: the writer connection belongs to whichever thread leads a commit.
@@ -347,23 +383,15 @@ class _SQLiteTx:
 
     # -- look-ups for the rules -------------------------------------------------------------
 
-    def session_state(self, tenant: str, session_id: str) -> SessionState | None:
-        row = self._one(
-            "SELECT status, last_seq FROM sessions WHERE session_id = ? AND tenant = ?",
-            (session_id, tenant),
-        )
-        return SessionState(session_id, row[0], row[1]) if row else None
+    # -- look-ups for the rules: one statement for a whole group ------------------------------
 
-    def reserve_seqs(
-        self, tenant: str, session_id: str, count: int, updated_at: int
-    ) -> SessionState | None:
-        row = self._one(
-            "UPDATE sessions SET last_seq = last_seq + ?1, event_count = event_count + ?1,"
-            " updated_at = ?2 WHERE session_id = ?3 AND tenant = ?4"
-            " RETURNING status, last_seq - ?1",
-            (count, updated_at, session_id, tenant),
-        )
-        return SessionState(session_id, row[0], row[1]) if row else None
+    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
+        rows = self.conn.execute(
+            "SELECT s.session_id, s.tenant, s.status, s.last_seq"
+            " FROM json_each(?) AS j CROSS JOIN sessions AS s ON s.session_id = j.value",
+            (json.dumps(list(session_ids)),),
+        ).fetchall()
+        return {row[0]: SessionState(*row) for row in rows}
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         row = self._one(
@@ -372,33 +400,39 @@ class _SQLiteTx:
         )
         return row[0] if row else None
 
-    def events_by_keys(self, tenant: str, session_id: str, keys: Sequence[str]) -> dict[str, Event]:
-        marks = ", ".join("?" * len(keys))
+    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
         rows = self.conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events"
-            " WHERE session_id = ? AND tenant = ? AND idempotency_key IS NOT NULL"
-            f" AND idempotency_key IN ({marks})",
-            (session_id, tenant, *keys),
+            f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))}"
+            " FROM json_each(?) AS j CROSS JOIN events AS e"
+            " ON e.session_id = json_extract(j.value, '$[0]')"
+            " AND e.idempotency_key = json_extract(j.value, '$[1]')"
+            " WHERE e.idempotency_key IS NOT NULL",
+            (json.dumps(list(pairs), ensure_ascii=False),),
         ).fetchall()
         events = [_event(row) for row in rows]
-        return {event.idempotency_key: event for event in events if event.idempotency_key}
+        return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
 
-    def tool_call_status(self, session_id: str, call_id: str) -> str | None:
-        row = self._one(
-            "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?",
-            (session_id, call_id),
-        )
-        return row[0] if row else None
+    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        rows = self.conn.execute(
+            "SELECT t.session_id, t.call_id, t.status FROM json_each(?) AS j"
+            " CROSS JOIN tool_calls AS t ON t.session_id = json_extract(j.value, '$[0]')"
+            " AND t.call_id = json_extract(j.value, '$[1]')",
+            (json.dumps(list(pairs), ensure_ascii=False),),
+        ).fetchall()
+        return {(row[0], row[1]): row[2] for row in rows}
 
-    def message_at(self, session_id: str, seq: int) -> tuple[str, bool] | None:
-        row = self._one(
-            "SELECT type, json_extract(payload, '$.supersedes') IS NOT NULL FROM events"
-            " WHERE session_id = ? AND seq = ?",
-            (session_id, seq),
-        )
-        if row is None or row[0] not in MESSAGE_ROLES:
-            return None
-        return row[0], bool(row[1])
+    def message_kinds(
+        self, pairs: Collection[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[str, bool]]:
+        rows = self.conn.execute(
+            "SELECT e.session_id, e.seq, e.type,"
+            " json_extract(e.payload, '$.supersedes') IS NOT NULL"
+            " FROM json_each(?) AS j CROSS JOIN events AS e"
+            " ON e.session_id = json_extract(j.value, '$[0]')"
+            " AND e.seq = json_extract(j.value, '$[1]')",
+            (json.dumps(list(pairs), ensure_ascii=False),),
+        ).fetchall()
+        return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows if r[2] in MESSAGE_ROLES}
 
     def compaction_floor(self, session_id: str) -> int:
         row = self._one(
@@ -427,45 +461,45 @@ class _SQLiteTx:
             (session_id, tenant, created_at, created_at, idempotency_key),
         )
 
-    def insert_events(
-        self,
-        tenant: str,
-        session_id: str,
-        first_seq: int,
-        events: Sequence[PreparedEvent],
-        created_at: int,
-    ) -> list[Event]:
-        stored = []
-        execute = self.conn.execute
-        for seq, event in enumerate(events, start=first_seq):
-            cursor = execute(
-                "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    tenant,
-                    session_id,
-                    seq,
-                    event.type,
-                    event.payload_json,
-                    event.idempotency_key,
-                    created_at,
-                ),
+    def _insert(self, statements: tuple[str, str], rows: Sequence[Sequence[Any]]) -> Any:
+        """One row with VALUES; many with one INSERT ... SELECT FROM json_each (one statement,
+        so one GIL hand-off, however many rows)."""
+        if len(rows) == 1:
+            return self.conn.execute(statements[0], rows[0])
+        return self.conn.execute(statements[1], (json.dumps(rows, ensure_ascii=False),))
+
+    def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
+        values = [
+            (
+                row.tenant,
+                row.session_id,
+                row.seq,
+                row.event.type,
+                row.event.payload_json,
+                row.event.idempotency_key,
+                row.created_at,
             )
-            event_id = cursor.lastrowid
-            assert event_id is not None
-            stored.append(
-                Event(
-                    event_id,
-                    session_id,
-                    seq,
-                    event.type,
-                    event.payload,
-                    created_at,
-                    event.idempotency_key,
-                    str(event_id),
-                )
+            for row in rows
+        ]
+        cursor = self._insert(_INSERT_EVENTS, values)
+        if len(rows) == 1:
+            ids = {(rows[0].session_id, rows[0].seq): cursor.lastrowid}
+        else:
+            ids = {(sid, seq): event_id for event_id, sid, seq in cursor.fetchall()}
+        stored = [
+            Event(
+                ids[(row.session_id, row.seq)],
+                row.session_id,
+                row.seq,
+                row.event.type,
+                row.event.payload,
+                row.created_at,
+                row.event.idempotency_key,
+                str(ids[(row.session_id, row.seq)]),
             )
-        self._project(session_id, stored)
+            for row in rows
+        ]
+        self._project(stored)
         return stored
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
@@ -478,50 +512,57 @@ class _SQLiteTx:
         rows = self.conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq", (target_id,)
         ).fetchall()
-        self._project(target_id, [_event(row) for row in rows])
+        self._project([_event(row) for row in rows])
         return len(rows)
 
-    def _project(self, session_id: str, events: Sequence[Event]) -> None:
-        """Apply the projections of `events` (see agentjournal.projection.effects)."""
-        execute = self.conn.execute
-        prompt = completion = 0
+    def _project(self, events: Sequence[Event]) -> None:
+        """Apply the projections of `events` (see agentjournal.projection.effects). The
+        sessions' counters follow each inserted event by trigger."""
+        added: list[tuple[Any, ...]] = []
+        opened: list[tuple[Any, ...]] = []
+        corrected: list[tuple[Any, ...]] = []
+        closed: list[tuple[Any, ...]] = []
+        usage: dict[str, list[int]] = {}
         for event in events:
+            sid = event.session_id
             for effect in effects(event):
                 match effect:
                     case MessageAdded(seq, role, content, tokens, created_at):
-                        execute(
-                            "INSERT INTO messages (session_id, seq, role, content, tokens,"
-                            " created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                            (session_id, seq, role, content, tokens, created_at),
-                        )
+                        added.append((sid, seq, role, content, tokens, created_at))
                     case MessageCorrected(seq, content, tokens, edited_seq):
-                        execute(
-                            "UPDATE messages SET content = ?, tokens = ?, edited_seq = ?"
-                            " WHERE session_id = ? AND seq = ?",
-                            (content, tokens, edited_seq, session_id, seq),
-                        )
+                        corrected.append((content, tokens, edited_seq, sid, seq))
                     case ToolCallOpened(call_id, name, arguments, call_seq):
-                        execute(
-                            "INSERT INTO tool_calls (session_id, call_id, name, arguments,"
-                            " call_seq, status) VALUES (?, ?, ?, ?, ?, 'pending')",
-                            (session_id, call_id, name, arguments, call_seq),
-                        )
+                        opened.append((sid, call_id, name, arguments, call_seq))
                     case ToolCallClosed(call_id, result, status, result_seq):
-                        execute(
-                            "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
-                            " WHERE session_id = ? AND call_id = ?",
-                            (result, status, result_seq, session_id, call_id),
-                        )
+                        closed.append((result, status, result_seq, sid, call_id))
                     case SessionChanged(fields):
-                        self._update_session(session_id, fields)
-                    case UsageAdded(p, c):
-                        prompt += p
-                        completion += c
-        if prompt or completion:
-            execute(
+                        self._update_session(sid, fields)
+                    case UsageAdded(prompt, completion):
+                        totals = usage.setdefault(sid, [0, 0])
+                        totals[0] += prompt
+                        totals[1] += completion
+        # Inserts before updates: a result or correction may follow its original in one group.
+        if added:
+            self._insert(_INSERT_MESSAGES, added)
+        if opened:
+            self._insert(_INSERT_TOOL_CALLS, opened)
+        if corrected:
+            self.conn.executemany(
+                "UPDATE messages SET content = ?, tokens = ?, edited_seq = ?"
+                " WHERE session_id = ? AND seq = ?",
+                corrected,
+            )
+        if closed:
+            self.conn.executemany(
+                "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
+                " WHERE session_id = ? AND call_id = ?",
+                closed,
+            )
+        if usage:
+            self.conn.executemany(
                 "UPDATE sessions SET prompt_tokens = prompt_tokens + ?,"
                 " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-                (prompt, completion, session_id),
+                [(p, c, sid) for sid, (p, c) in usage.items()],
             )
 
     def _update_session(self, session_id: str, fields: dict[str, Any]) -> None:

@@ -45,11 +45,14 @@ CREATE UNIQUE INDEX events_idempotency ON events (session_id, idempotency_key)
 -- events_all(after=position) for one tenant.
 CREATE INDEX events_by_tenant ON events (tenant, event_id);
 
--- The session's last position follows its newest event inside SQLite, saving a round trip per
--- append (last_seq, event_count and updated_at move in reserve_seqs).
-CREATE TRIGGER events_set_last_position AFTER INSERT ON events
+-- The session's counters follow each new event inside SQLite: no round trip from Python per
+-- append (under group commit every statement is a GIL hand-off). verify() checks them.
+CREATE TRIGGER events_advance_session AFTER INSERT ON events
 BEGIN
-    UPDATE sessions SET last_event_id = NEW.event_id WHERE session_id = NEW.session_id;
+    UPDATE sessions
+       SET last_seq = NEW.seq, last_event_id = NEW.event_id,
+           event_count = event_count + 1, updated_at = NEW.created_at
+     WHERE session_id = NEW.session_id;
 END;
 
 -- Who purged what, when, and how much: never the content. `pending` is set only inside the purge
@@ -78,6 +81,13 @@ WHEN NOT EXISTS (
 )
 BEGIN
     SELECT RAISE(ABORT, 'events are append-only: DELETE only through purge_session');
+END;
+-- The guard above is a foreign key, which SQLite enforces only where foreign_keys is on; so a
+-- purge may only be opened by a connection that has it on (ours always do).
+CREATE TRIGGER purge_needs_foreign_keys BEFORE INSERT ON purge_audit
+WHEN NEW.pending IS NOT NULL AND (SELECT foreign_keys FROM pragma_foreign_keys) = 0
+BEGIN
+    SELECT RAISE(ABORT, 'purge_session needs PRAGMA foreign_keys = ON');
 END;
 CREATE TRIGGER purge_audit_is_permanent BEFORE DELETE ON purge_audit
 BEGIN
@@ -110,7 +120,7 @@ CREATE TABLE tool_calls (
     name       TEXT NOT NULL,
     arguments  TEXT NOT NULL,
     call_seq   INTEGER NOT NULL,
-    status     TEXT NOT NULL CHECK (status IN ('pending', 'ok', 'error')),
+    status     TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'ok', 'error')),
     result     TEXT,
     result_seq INTEGER,
     PRIMARY KEY (session_id, call_id)
