@@ -220,7 +220,7 @@ class AsyncJournal:
             for event in page:
                 yield event
                 cursor = event.seq
-                if event.type == "session_updated" and event.payload.get("status") == "deleted":
+                if event.ends_session_stream:
                     return
             if len(page) < 500:
                 await signal.wait_async(seen, poll_interval)

@@ -72,6 +72,11 @@ class Event:
     idempotency_key: str | None = None
     position: str = ""
 
+    @property
+    def ends_session_stream(self) -> bool:
+        """A session's live stream ends after the event that deletes the session."""
+        return self.type == "session_updated" and self.payload.get("status") == "deleted"
+
     def to_dict(self) -> dict[str, Any]:
         """The event as the HTTP API and exports show it."""
         return {

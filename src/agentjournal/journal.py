@@ -552,7 +552,7 @@ class Journal:
             for event in page:
                 yield event
                 cursor = event.seq
-                if event.type == "session_updated" and event.payload.get("status") == "deleted":
+                if event.ends_session_stream:
                     return
             if len(page) < 500:
                 signal.wait(seen, poll_interval)

@@ -202,7 +202,14 @@ class SQLiteStorage:
     def _migrate(self) -> None:
         conn = self._writer
         migrations = _migrations()
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= len(migrations):
+        found = conn.execute("PRAGMA user_version").fetchone()[0]
+        if found > len(migrations):
+            conn.close()
+            raise StorageError(
+                f"{self.path!r} has schema version {found}, newer than this agentjournal knows"
+                f" ({len(migrations)}); upgrade agentjournal to open it"
+            )
+        if found == len(migrations):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -1,0 +1,92 @@
+"""The layout is the architecture: dependencies point inward, and the public surface is exactly
+what `__all__` says."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import agentjournal
+
+SRC = Path(agentjournal.__file__).parent
+
+# module -> the agentjournal modules it may import (pure core first, faces last)
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "events": {"errors"},
+    "replay": {"errors", "events"},
+    "projection": {"events", "replay"},
+    "rules": {"errors", "events"},
+    "verify": {"events", "projection"},
+    "backends": {"events", "projection", "rules", "backends.group_commit"},
+    "backends.group_commit": {"errors"},
+    "backends.sqlite": {
+        "backends",
+        "backends.group_commit",
+        "errors",
+        "events",
+        "projection",
+        "rules",
+    },
+    "appends": {"backends", "errors", "events", "rules"},
+}
+# The pure modules touch no I/O: no database driver, no threads, no files.
+PURE = {"errors", "events", "replay", "projection", "rules", "verify", "appends"}
+IMPURE_STDLIB = {"sqlite3", "threading", "asyncio", "os", "subprocess", "socket", "pathlib"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(p for p in parts if p != "__init__")
+
+
+def imports_of(path: Path) -> tuple[set[str], set[str]]:
+    ours, others = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            if name == "agentjournal" or name.startswith("agentjournal."):
+                ours.add(name.removeprefix("agentjournal").lstrip("."))
+            else:
+                others.add(name.split(".")[0])
+    return ours, others
+
+
+@pytest.mark.parametrize("module", sorted(ALLOWED))
+def test_dependencies_point_inward(module: str) -> None:
+    path = SRC / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = SRC / module.replace(".", "/") / "__init__.py"
+    ours, others = imports_of(path)
+    assert ours <= ALLOWED[module], f"{module} imports {sorted(ours - ALLOWED[module])}"
+    if module in PURE:
+        assert not others & IMPURE_STDLIB, f"{module} does I/O: {sorted(others & IMPURE_STDLIB)}"
+
+
+def test_every_module_is_covered_by_the_rules_or_is_a_face() -> None:
+    faces = {"", "journal", "aio", "cli", "demo"}
+    modules = {module_name(p) for p in SRC.rglob("*.py")}
+    assert modules - faces == set(ALLOWED)
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    public = {name for name in vars(agentjournal) if not name.startswith("_")}
+    submodules = {"aio", "errors", "events", "journal", "projection", "verify", "replay", "rules"}
+    submodules |= {"backends", "appends"}
+    assert public - submodules == set(agentjournal.__all__)
+
+
+def test_every_error_is_a_journal_error_and_exported() -> None:
+    from agentjournal import errors
+
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert issubclass(error, agentjournal.JournalError)
+        assert name in agentjournal.__all__
+        assert name in (errors.__doc__ or "")
