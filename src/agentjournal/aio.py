@@ -211,7 +211,7 @@ class AsyncJournal:
         self, session_id: str, *, after: int = 0, poll_interval: float = 0.2
     ) -> AsyncIterator[Event]:
         """As `Journal.subscribe`; waits in the event loop, not on a thread."""
-        await self.get_session(session_id)
+        deleted = (await self.get_session(session_id)).status == "deleted"
         signal = self.journal.storage.signal
         cursor = after
         while True:
@@ -223,6 +223,8 @@ class AsyncJournal:
                 if event.ends_session_stream:
                     return
             if len(page) < 500:
+                if deleted:
+                    return
                 await signal.wait_async(seen, poll_interval)
 
     async def subscribe_all(

@@ -540,10 +540,11 @@ class Journal:
         self, session_id: str, *, after: int = 0, poll_interval: float = 0.2
     ) -> Iterator[Event]:
         """Every event with seq > after, then each new one as it commits (in order, no gap, no
-        duplicate). Ends after the event that deletes the session. Other processes' commits
-        are found by polling every `poll_interval` seconds."""
+        duplicate). Ends after the event that deletes the session (at once, once caught up, if
+        it is deleted already). Other processes' commits are found by polling every
+        `poll_interval` seconds."""
         _check_int(after, "after", 0)
-        self.get_session(session_id)
+        deleted = self.get_session(session_id).status == "deleted"
         signal = self.storage.signal
         cursor = after
         while True:
@@ -555,6 +556,8 @@ class Journal:
                 if event.ends_session_stream:
                     return
             if len(page) < 500:
+                if deleted:
+                    return
                 signal.wait(seen, poll_interval)
 
     def subscribe_all(

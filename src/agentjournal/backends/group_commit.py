@@ -19,6 +19,7 @@ request never fails another's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -213,7 +214,9 @@ class CommitSignal:
             self._cond.notify_all()
             waiters, self._waiters = self._waiters, set()
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+            # A loop closed under a waiting subscriber must not fail the commit that woke it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, future)
 
     def wait(self, seen: int, timeout: float) -> int:
         with self._cond:

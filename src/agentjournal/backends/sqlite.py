@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from importlib import resources
 from pathlib import Path
@@ -107,6 +108,23 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
+def _enable_wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL, waiting out other openers: the switch of a new file answers SQLITE_BUSY at
+    once, without the busy handler, while another connection holds a lock on it."""
+    mode: str = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while mode.lower() != "wal":
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+        else:
+            break
+    return mode
+
+
 def _event(row: tuple[Any, ...]) -> Event:
     event_id, session_id, seq, type_, payload, key, created_at = row
     return Event(
@@ -159,15 +177,19 @@ class SQLiteStorage:
             )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open {self.path!r}: {exc}") from exc
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
-        if writer:
-            # Purged content is overwritten, not just unlinked from the b-tree.
-            conn.execute("PRAGMA secure_delete = ON")
-        else:
-            conn.execute("PRAGMA query_only = ON")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            mode = _enable_wal(conn)
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
+            if writer:
+                # Purged content is overwritten, not just unlinked from the b-tree.
+                conn.execute("PRAGMA secure_delete = ON")
+            else:
+                conn.execute("PRAGMA query_only = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StorageError(f"cannot set up {self.path!r}: {exc}") from exc
         self._check_settings(conn, mode)
         return conn
 

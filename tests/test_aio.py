@@ -1,0 +1,305 @@
+"""`AsyncJournal`: the same verbs as `Journal`, awaitable. Each test runs its own event loop with
+`asyncio.run`; every wait is bounded by `asyncio.wait_for(..., WAIT)`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agentjournal import (
+    AsyncJournal,
+    Conflict,
+    ContextTooLarge,
+    Event,
+    InvalidArgument,
+    InvalidEvent,
+    Journal,
+    NewEvent,
+    PayloadTooLarge,
+    SessionClosed,
+    SessionNotFound,
+    UnknownToolCall,
+)
+
+WAIT = 30.0
+NO_POLL = 2 * WAIT  # longer than any wait: live events must arrive by wake-up, not by polling
+T = TypeVar("T")
+
+
+def run(db_path: Path, body: Callable[[AsyncJournal], Coroutine[Any, Any, T]]) -> T:
+    """Open an AsyncJournal on db_path, run body in a fresh event loop with a time limit."""
+
+    async def main() -> T:
+        async with await AsyncJournal.open(db_path) as journal:
+            return await asyncio.wait_for(body(journal), WAIT)
+
+    return asyncio.run(main())
+
+
+def test_verbs_match_the_sync_journal(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        session = await aj.create_session(
+            "订单客服", system_prompt="你是订单客服助手。", metadata={"agent": "orders"}
+        )
+        sid = session.session_id
+        assert aj.tenant == "default"
+        assert await aj.get_session(sid) == session
+        user = await aj.append(sid, "user_message", {"content": "帮我查一下订单数量"})
+        batch = await aj.append_many(
+            sid,
+            [
+                NewEvent("tool_call", {"call_id": "c1", "name": "count", "arguments": "{}"}),
+                {"type": "tool_result", "payload": {"call_id": "c1", "content": "42"}},
+                NewEvent("assistant_message", {"content": "你当前有 42 个订单。"}),
+            ],
+        )
+        assert [user.seq, *(e.seq for e in batch)] == [2, 3, 4, 5]
+
+        sync = aj.journal
+        events = await aj.events(sid)
+        assert events == sync.events(sid)
+        assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+        assert await aj.events(sid, after=2, limit=2) == events[2:4]
+        assert await aj.events_all(after=events[1].position) == events[2:]
+        assert await aj.messages(sid) == sync.messages(sid)
+        assert [m.content for m in await aj.messages(sid, last=1)] == ["你当前有 42 个订单。"]
+        assert await aj.tool_calls(sid) == sync.tool_calls(sid)
+
+        replayed = await aj.replay(sid)
+        assert replayed == sync.replay(sid)
+        assert isinstance(replayed, list)
+        assert replayed[0] == {"role": "system", "content": "你是订单客服助手。"}
+        assert replayed[-1] == {"role": "assistant", "content": "你当前有 42 个订单。"}
+        assert await aj.replay(sid, until=2) == sync.replay(sid, until=2)
+        assert await aj.replay(sid, format="anthropic") == sync.replay(sid, format="anthropic")
+        assert await aj.context(sid, max_tokens=1000) == sync.context(sid, max_tokens=1000)
+
+        fork = await aj.fork(sid, 2, title="branch")
+        assert fork.forked_from == sid
+        assert await aj.replay(fork.session_id) == sync.replay(sid, until=2)
+        compacted = await aj.compact(sid, 4, "用户问了订单数量")
+        assert (compacted.type, compacted.seq) == ("context_compacted", 6)
+
+        updated = await aj.update_session(sid, title="orders")
+        assert updated.title == "orders"
+        listed = await aj.sessions()
+        assert {s.session_id for s in listed} == {sid, fork.session_id}
+        deleted = await aj.delete_session(fork.session_id)
+        assert deleted.status == "deleted"
+        assert [s.session_id for s in await aj.sessions()] == [sid]
+
+        report = await aj.verify()
+        assert report.ok, report.to_dict()
+        assert report.events_checked == len(sync.events(sid)) + len(sync.events(fork.session_id))
+        assert (await aj.verify(rebuild=True)).rebuilt == []
+        fork_events = await aj.events(fork.session_id)
+        assert [e.seq for e in fork_events[:2]] == [1, 2]
+        assert await aj.purge_session(fork.session_id) == len(fork_events)
+        with pytest.raises(SessionNotFound):
+            await aj.get_session(fork.session_id)
+
+    run(db_path, body)
+    with Journal.open(db_path) as reopened:  # what the async verbs wrote is durable and whole
+        assert reopened.verify().ok
+        assert [e.seq for e in reopened.events_all()] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_fifty_concurrent_appends_are_gapless(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> list[Event]:
+        sid = (await aj.create_session("burst")).session_id
+        stored = await asyncio.gather(
+            *(aj.append(sid, "user_message", {"content": f"m{n}", "n": n}) for n in range(50))
+        )
+        assert sorted(e.seq for e in stored) == list(range(2, 52))
+        assert len({e.event_id for e in stored}) == 50
+        events = await aj.events(sid, after=1)
+        assert sorted(events, key=lambda e: e.payload["n"]) == sorted(
+            stored, key=lambda e: e.payload["n"]
+        )
+        assert (await aj.verify()).ok
+        return events
+
+    events = run(db_path, body)
+    assert [e.seq for e in events] == list(range(2, 52))
+
+
+def test_concurrent_expected_seq_has_one_winner(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        sid = (await aj.create_session("race")).session_id
+        results = await asyncio.gather(
+            *(
+                aj.append(sid, "user_message", {"content": str(n)}, expected_seq=1)
+                for n in range(16)
+            ),
+            return_exceptions=True,
+        )
+        winners = [r for r in results if isinstance(r, Event)]
+        assert len(winners) == 1
+        assert all(type(r) is Conflict for r in results if not isinstance(r, Event))
+        assert await aj.events(sid, after=1) == winners
+
+    run(db_path, body)
+
+
+def test_async_for_yields_backlog_then_live_events(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        sid = (await aj.create_session("live")).session_id
+        for n in range(3):
+            await aj.append(sid, "user_message", {"content": f"old {n}"})
+        seen: list[Event] = []
+        backlog_read = asyncio.Event()
+
+        async def follow() -> None:
+            async for event in aj.subscribe(sid, poll_interval=NO_POLL):
+                seen.append(event)
+                if len(seen) == 4:
+                    backlog_read.set()
+                if event.type == "test.stop":
+                    return
+
+        async def produce(name: str) -> None:
+            await backlog_read.wait()
+            for n in range(10):
+                await aj.append(sid, "user_message", {"content": f"{name} {n}"})
+
+        follower = asyncio.create_task(follow())
+        await asyncio.gather(produce("a"), produce("b"), produce("c"))
+        await aj.append(sid, "test.stop", {})
+        await follower
+        assert seen == await aj.events(sid)
+        assert [e.seq for e in seen] == list(range(1, 1 + 3 + 30 + 1 + 1))
+
+        # Resuming after a seq, and the global feed, from another coroutine.
+        resumed = []
+        async for event in aj.subscribe(sid, after=30, poll_interval=NO_POLL):
+            resumed.append(event)
+            if event.type == "test.stop":
+                break
+        assert resumed == seen[30:]
+        feed = []
+        async for event in aj.subscribe_all(after=seen[-3].position, poll_interval=NO_POLL):
+            feed.append(event)
+            if event.type == "test.stop":
+                break
+        assert feed == seen[-2:]
+
+    run(db_path, body)
+
+
+def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        a = (await aj.create_session("a")).session_id
+        b = (await aj.create_session("b")).session_id
+        start = (await aj.get_session(b)).last_position
+        feed: list[Event] = []
+        ended = False
+
+        async def follow_all() -> None:
+            async for event in aj.subscribe_all(after=start, poll_interval=NO_POLL):
+                feed.append(event)
+                if event.type == "test.stop":
+                    return
+
+        async def follow_a() -> list[Event]:
+            events = [event async for event in aj.subscribe(a, poll_interval=NO_POLL)]
+            nonlocal ended
+            ended = True
+            return events
+
+        everything = asyncio.create_task(follow_all())
+        only_a = asyncio.create_task(follow_a())
+        await asyncio.sleep(0)
+        await asyncio.gather(
+            *(aj.append(sid, "test.note", {"n": n}) for n in range(10) for sid in (a, b))
+        )
+        await aj.delete_session(a)
+        await aj.append(b, "test.stop", {})
+        await everything
+        a_events = await only_a
+        assert ended
+        assert a_events == await aj.events(a)
+        assert a_events[-1].payload == {"status": "deleted"}
+        assert feed == await aj.events_all(after=start)
+
+    run(db_path, body)
+
+
+def test_errors_keep_their_types(db_path: Path) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        sid = (await aj.create_session("errors")).session_id
+        await aj.append(sid, "user_message", {"content": "long " * 1000})
+        await aj.append(sid, "tool_call", {"call_id": "c1", "name": "f", "arguments": "{}"})
+        cases: list[tuple[Callable[[], Awaitable[object]], type[Exception]]] = [
+            (lambda: aj.get_session("sess_missing"), SessionNotFound),
+            (lambda: aj.append("sess_missing", "user_message", {"content": ""}), SessionNotFound),
+            (lambda: aj.append(sid, "user_message", {"content": ""}, expected_seq=1), Conflict),
+            (
+                lambda: aj.append(sid, "tool_result", {"call_id": "x", "content": ""}),
+                UnknownToolCall,
+            ),
+            (
+                lambda: aj.append(
+                    sid, "tool_call", {"call_id": "c1", "name": "f", "arguments": ""}
+                ),
+                Conflict,
+            ),
+            (lambda: aj.append(sid, "session_created", {"title": "x"}), InvalidEvent),
+            (lambda: aj.append(sid, "user_message", {"content": 1}), InvalidEvent),
+            (lambda: aj.append_many(sid, []), InvalidEvent),
+            (lambda: aj.append(sid, "test.big", {"blob": "x" * (1024 * 1024)}), PayloadTooLarge),
+            (lambda: aj.events(sid, limit=0), InvalidArgument),
+            (lambda: aj.context(sid, max_tokens=1), ContextTooLarge),
+            (lambda: aj.fork(sid, 99), InvalidArgument),
+            (lambda: aj.fork(sid, 3), Conflict),  # would leave call c1 without its result
+        ]
+        for call, error in cases:
+            with pytest.raises(error):
+                await call()
+        stream = aj.subscribe("sess_missing")
+        with pytest.raises(SessionNotFound):
+            await anext(stream)
+
+        await aj.delete_session(sid)
+        with pytest.raises(SessionClosed):
+            await aj.append(sid, "user_message", {"content": "late"})
+        # Nothing rejected was written: created, user message, tool_call, deleted.
+        assert [e.seq for e in await aj.events(sid)] == [1, 2, 3, 4]
+        assert (await aj.verify()).ok
+
+    run(db_path, body)
+
+
+def test_a_subscriber_on_a_closed_loop_does_not_fail_writers(db_path: Path) -> None:
+    """An application closes its event loop while a subscription waits on it (without cancelling
+    it). The next append commits, so it must also return: raising would report a committed event
+    as failed, and a retry would store it twice."""
+    loop = asyncio.new_event_loop()
+    try:
+        aj = loop.run_until_complete(AsyncJournal.open(db_path))
+        sid = loop.run_until_complete(aj.create_session("abandoned")).session_id
+        first = asyncio.Event()
+        stream = aj.subscribe(sid, poll_interval=NO_POLL)
+
+        async def follow() -> None:
+            async for _ in stream:
+                first.set()
+
+        task = loop.create_task(follow())
+        # After its first event the follower waits for the next commit, on this loop.
+        loop.run_until_complete(asyncio.wait_for(first.wait(), WAIT))
+    finally:
+        loop.close()
+    try:
+        event = aj.journal.append(sid, "user_message", {"content": "after the loop closed"})
+        assert event.seq == 2
+        assert [e.seq for e in aj.journal.events(sid)] == [1, 2]
+    finally:
+        # The abandoned task can never run again: finish its coroutine so nothing leaks, and
+        # spare the log the "Task was destroyed but it is pending" this test causes on purpose.
+        task.get_coro().close()
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        asyncio.run(aj.close())
