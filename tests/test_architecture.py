@@ -25,7 +25,16 @@ ALLOWED: dict[str, set[str]] = {
     "backends.sqlite": {
         "backends",
         "backends.group_commit",
+        "backends.sqlite_rows",
+        "backends.sqlite_write",
         "errors",
+        "events",
+        "projection",
+    },
+    "backends.sqlite_rows": {"errors", "events", "projection"},
+    "backends.sqlite_write": {
+        "backends",
+        "backends.sqlite_rows",
         "events",
         "projection",
         "rules",

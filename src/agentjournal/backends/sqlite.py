@@ -9,33 +9,29 @@ transaction stays open while a subscriber waits and checkpoints are never starve
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from agentjournal.backends import EventRow, WriteTx
+from agentjournal.backends import WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
-from agentjournal.errors import Conflict, InvalidArgument, StorageError
-from agentjournal.events import MESSAGE_ROLES, Event, canonical_json
-from agentjournal.projection import (
-    Message,
-    MessageAdded,
-    MessageCorrected,
-    Projection,
-    Session,
-    SessionChanged,
-    ToolCall,
-    ToolCallClosed,
-    ToolCallOpened,
-    UsageAdded,
-    effects,
+from agentjournal.backends.sqlite_rows import (
+    EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    TOOL_CALL_COLUMNS,
+    event_from_row,
+    position_number,
+    session_from_row,
 )
-from agentjournal.rules import SessionState
+from agentjournal.backends.sqlite_write import Control
+from agentjournal.errors import Conflict, InvalidArgument, StorageError
+from agentjournal.events import Event
+from agentjournal.projection import Message, Session, ToolCall
 
 __all__ = ["SQLiteStorage"]
 
@@ -44,49 +40,6 @@ I = TypeVar("I")  # noqa: E741
 
 SYNCHRONOUS: Final = {"full": 2, "normal": 1}
 BUSY_TIMEOUT_MS: Final = 60_000
-
-_EVENT_COLUMNS = "event_id, session_id, seq, type, payload, idempotency_key, created_at"
-_SESSION_COLUMNS = (
-    "session_id, tenant, title, status, model, system_prompt, metadata, forked_from, "
-    "forked_at_seq, last_seq, last_event_id, event_count, prompt_tokens, completion_tokens, "
-    "created_at, updated_at"
-)
-_MESSAGE_COLUMNS = "session_id, seq, role, content, tokens, edited_seq, created_at"
-_TOOL_CALL_COLUMNS = "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
-
-
-def _insert_statements(table: str, columns: Sequence[str], returning: str = "") -> tuple[str, str]:
-    """INSERT of one row (VALUES) and of many (a JSON array of rows, through json_each)."""
-    names = ", ".join(columns)
-    one = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
-    picks = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(columns)))
-    many = f"INSERT INTO {table} ({names}) SELECT {picks} FROM json_each(?) ORDER BY key"
-    return one, many + (f" RETURNING {returning}" if returning else "")
-
-
-_INSERT_EVENTS: Final = _insert_statements(
-    "events",
-    ("tenant", "session_id", "seq", "type", "payload", "idempotency_key", "created_at"),
-    returning="event_id, session_id, seq",
-)
-_INSERT_MESSAGES: Final = _insert_statements(
-    "messages", ("session_id", "seq", "role", "content", "tokens", "created_at")
-)
-_INSERT_TOOL_CALLS: Final = _insert_statements(
-    "tool_calls", ("session_id", "call_id", "name", "arguments", "call_seq")
-)
-_SESSION_FIELDS: Final = frozenset(
-    {
-        "title",
-        "status",
-        "model",
-        "system_prompt",
-        "metadata",
-        "forked_from",
-        "forked_at_seq",
-        "created_at",
-    }
-)
 
 
 def _migrations() -> list[str]:
@@ -125,28 +78,6 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
     return mode
 
 
-def _event(row: tuple[Any, ...]) -> Event:
-    event_id, session_id, seq, type_, payload, key, created_at = row
-    return Event(
-        event_id, session_id, seq, type_, json.loads(payload), created_at, key, str(event_id)
-    )
-
-
-def _session(row: tuple[Any, ...]) -> Session:
-    values = list(row)
-    values[6] = json.loads(values[6])
-    values[10] = str(values[10])
-    return Session(*values)
-
-
-def _position(value: str | None) -> int:
-    if value is None or value == "":
-        return 0
-    if not (isinstance(value, str) and value.isascii() and value.isdigit()):
-        raise InvalidArgument(f"position {value!r} is not a position of this journal")
-    return int(value)
-
-
 class SQLiteStorage:
     """A journal in one SQLite file. Thread-safe; share one per process and file."""
 
@@ -162,7 +93,7 @@ class SQLiteStorage:
         self._writer = self._connect(writer=True)
         self._migrate()
         self.signal = CommitSignal()
-        self._group = GroupCommit(_Control(self._writer), self.signal.notify)
+        self._group = GroupCommit(Control(self._writer), self.signal.notify)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -292,22 +223,22 @@ class SQLiteStorage:
 
     def session(self, tenant: str, session_id: str) -> Session | None:
         rows = self._read(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ? AND tenant = ?",
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ? AND tenant = ?",
             (session_id, tenant),
         )
-        return _session(rows[0]) if rows else None
+        return session_from_row(rows[0]) if rows else None
 
     def sessions(
         self, tenant: str, statuses: Sequence[str], limit: int, before: str | None
     ) -> list[Session]:
         marks = ", ".join("?" * len(statuses))
-        below = _position(before) if before else 2**63 - 1
+        below = position_number(before) if before else 2**63 - 1
         rows = self._read(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant = ? AND status IN ({marks})"
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = ? AND status IN ({marks})"
             " AND last_event_id < ? ORDER BY last_event_id DESC LIMIT ?",
             (tenant, *statuses, below, limit),
         )
-        return [_session(row) for row in rows]
+        return [session_from_row(row) for row in rows]
 
     def session_ids(self, tenant: str) -> list[str]:
         rows = self._read(
@@ -326,32 +257,32 @@ class SQLiteStorage:
         newest_first: bool = False,
     ) -> list[Event]:
         rows = self._read(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"
             " AND seq > ? AND seq <= ?"
             f" ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?",
             (session_id, tenant, after, 2**62 if until is None else until, limit or -1),
         )
-        return [_event(row) for row in rows]
+        return [event_from_row(row) for row in rows]
 
     def events_all(self, tenant: str, after: str | None, limit: int) -> list[Event]:
         rows = self._read(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tenant = ? AND event_id > ?"
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND event_id > ?"
             " ORDER BY event_id LIMIT ?",
-            (tenant, _position(after), limit),
+            (tenant, position_number(after), limit),
         )
-        return [_event(row) for row in rows]
+        return [event_from_row(row) for row in rows]
 
     def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
         rows = self._read(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"
             " AND type = 'context_compacted' AND seq <= ? ORDER BY seq DESC LIMIT 1",
             (session_id, tenant, 2**62 if until is None else until),
         )
-        return _event(rows[0]) if rows else None
+        return event_from_row(rows[0]) if rows else None
 
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]:
         rows = self._read(
-            f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))} FROM messages m"
+            f"SELECT {', '.join('m.' + c for c in MESSAGE_COLUMNS.split(', '))} FROM messages m"
             " JOIN sessions s USING (session_id) WHERE m.session_id = ? AND s.tenant = ?"
             " ORDER BY m.seq DESC LIMIT ?",
             (session_id, tenant, -1 if last is None else last),
@@ -360,7 +291,7 @@ class SQLiteStorage:
 
     def tool_calls(self, tenant: str, session_id: str) -> list[ToolCall]:
         rows = self._read(
-            f"SELECT {', '.join('t.' + c for c in _TOOL_CALL_COLUMNS.split(', '))}"
+            f"SELECT {', '.join('t.' + c for c in TOOL_CALL_COLUMNS.split(', '))}"
             " FROM tool_calls t JOIN sessions s USING (session_id)"
             " WHERE t.session_id = ? AND s.tenant = ? ORDER BY t.call_seq",
             (session_id, tenant),
@@ -371,286 +302,3 @@ class SQLiteStorage:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"foreign key: {row}" for row in self._read("PRAGMA foreign_key_check")]
         return problems
-
-
-class _Control:
-    """Transaction statements on the writer connection, for group commit."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.tx = _SQLiteTx(conn)
-
-    def begin(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    def commit(self) -> None:
-        self.conn.execute("COMMIT")
-
-    def rollback(self) -> None:
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
-
-    def savepoint(self) -> None:
-        self.conn.execute("SAVEPOINT request")
-
-    def release(self) -> None:
-        self.conn.execute("RELEASE request")
-
-    def rollback_to_savepoint(self) -> None:
-        self.conn.execute("ROLLBACK TO request")
-
-
-class _SQLiteTx:
-    """`WriteTx` on the writer connection; valid only inside `SQLiteStorage.write`."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def _one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self.conn.execute(sql, params).fetchone()
-        return row
-
-    # -- look-ups for the rules -------------------------------------------------------------
-
-    # -- look-ups for the rules: one statement for a whole group ------------------------------
-
-    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
-        rows = self.conn.execute(
-            "SELECT s.session_id, s.tenant, s.status, s.last_seq"
-            " FROM json_each(?) AS j CROSS JOIN sessions AS s ON s.session_id = j.value",
-            (json.dumps(list(session_ids)),),
-        ).fetchall()
-        return {row[0]: SessionState(*row) for row in rows}
-
-    def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
-        row = self._one(
-            "SELECT session_id FROM sessions WHERE tenant = ? AND idempotency_key = ?",
-            (tenant, idempotency_key),
-        )
-        return row[0] if row else None
-
-    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
-        rows = self.conn.execute(
-            f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))}"
-            " FROM json_each(?) AS j CROSS JOIN events AS e"
-            " ON e.session_id = json_extract(j.value, '$[0]')"
-            " AND e.idempotency_key = json_extract(j.value, '$[1]')"
-            " WHERE e.idempotency_key IS NOT NULL",
-            (json.dumps(list(pairs), ensure_ascii=False),),
-        ).fetchall()
-        events = [_event(row) for row in rows]
-        return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
-
-    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        rows = self.conn.execute(
-            "SELECT t.session_id, t.call_id, t.status FROM json_each(?) AS j"
-            " CROSS JOIN tool_calls AS t ON t.session_id = json_extract(j.value, '$[0]')"
-            " AND t.call_id = json_extract(j.value, '$[1]')",
-            (json.dumps(list(pairs), ensure_ascii=False),),
-        ).fetchall()
-        return {(row[0], row[1]): row[2] for row in rows}
-
-    def message_kinds(
-        self, pairs: Collection[tuple[str, int]]
-    ) -> dict[tuple[str, int], tuple[str, bool]]:
-        rows = self.conn.execute(
-            "SELECT e.session_id, e.seq, e.type,"
-            " json_extract(e.payload, '$.supersedes') IS NOT NULL"
-            " FROM json_each(?) AS j CROSS JOIN events AS e"
-            " ON e.session_id = json_extract(j.value, '$[0]')"
-            " AND e.seq = json_extract(j.value, '$[1]')",
-            (json.dumps(list(pairs), ensure_ascii=False),),
-        ).fetchall()
-        return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows if r[2] in MESSAGE_ROLES}
-
-    def compaction_floor(self, session_id: str) -> int:
-        row = self._one(
-            "SELECT json_extract(payload, '$.until_seq') FROM events"
-            " WHERE session_id = ? AND type = 'context_compacted' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
-        )
-        return int(row[0]) if row else 0
-
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
-        rows = self.conn.execute(
-            "SELECT call_id, coalesce(result_seq, 0) FROM tool_calls"
-            " WHERE session_id = ? AND call_seq <= ? AND (result_seq IS NULL OR result_seq > ?)",
-            (session_id, seq, seq),
-        ).fetchall()
-        return [(row[0], row[1]) for row in rows]
-
-    # -- writes -----------------------------------------------------------------------------
-
-    def insert_session(
-        self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO sessions (session_id, tenant, created_at, updated_at, idempotency_key)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (session_id, tenant, created_at, created_at, idempotency_key),
-        )
-
-    def _insert(self, statements: tuple[str, str], rows: Sequence[Sequence[Any]]) -> Any:
-        """One row with VALUES; many with one INSERT ... SELECT FROM json_each (one statement,
-        so one GIL hand-off, however many rows)."""
-        if len(rows) == 1:
-            return self.conn.execute(statements[0], rows[0])
-        return self.conn.execute(statements[1], (json.dumps(rows, ensure_ascii=False),))
-
-    def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
-        values = [
-            (
-                row.tenant,
-                row.session_id,
-                row.seq,
-                row.event.type,
-                row.event.payload_json,
-                row.event.idempotency_key,
-                row.created_at,
-            )
-            for row in rows
-        ]
-        cursor = self._insert(_INSERT_EVENTS, values)
-        if len(rows) == 1:
-            ids = {(rows[0].session_id, rows[0].seq): cursor.lastrowid}
-        else:
-            ids = {(sid, seq): event_id for event_id, sid, seq in cursor.fetchall()}
-        stored = [
-            Event(
-                ids[(row.session_id, row.seq)],
-                row.session_id,
-                row.seq,
-                row.event.type,
-                row.event.payload,
-                row.created_at,
-                row.event.idempotency_key,
-                str(ids[(row.session_id, row.seq)]),
-            )
-            for row in rows
-        ]
-        self._project(stored)
-        return stored
-
-    def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
-        self.conn.execute(
-            "INSERT INTO events (tenant, session_id, seq, type, payload, created_at)"
-            " SELECT tenant, ?, seq, type, payload, created_at FROM events"
-            " WHERE session_id = ? AND tenant = ? AND seq <= ? ORDER BY seq",
-            (target_id, source_id, tenant, until_seq),
-        )
-        rows = self.conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq", (target_id,)
-        ).fetchall()
-        self._project([_event(row) for row in rows])
-        return len(rows)
-
-    def _project(self, events: Sequence[Event]) -> None:
-        """Apply the projections of `events` (see agentjournal.projection.effects). The
-        sessions' counters follow each inserted event by trigger."""
-        added: list[tuple[Any, ...]] = []
-        opened: list[tuple[Any, ...]] = []
-        corrected: list[tuple[Any, ...]] = []
-        closed: list[tuple[Any, ...]] = []
-        usage: dict[str, list[int]] = {}
-        for event in events:
-            sid = event.session_id
-            for effect in effects(event):
-                match effect:
-                    case MessageAdded(seq, role, content, tokens, created_at):
-                        added.append((sid, seq, role, content, tokens, created_at))
-                    case MessageCorrected(seq, content, tokens, edited_seq):
-                        corrected.append((content, tokens, edited_seq, sid, seq))
-                    case ToolCallOpened(call_id, name, arguments, call_seq):
-                        opened.append((sid, call_id, name, arguments, call_seq))
-                    case ToolCallClosed(call_id, result, status, result_seq):
-                        closed.append((result, status, result_seq, sid, call_id))
-                    case SessionChanged(fields):
-                        self._update_session(sid, fields)
-                    case UsageAdded(prompt, completion):
-                        totals = usage.setdefault(sid, [0, 0])
-                        totals[0] += prompt
-                        totals[1] += completion
-        # Inserts before updates: a result or correction may follow its original in one group.
-        if added:
-            self._insert(_INSERT_MESSAGES, added)
-        if opened:
-            self._insert(_INSERT_TOOL_CALLS, opened)
-        if corrected:
-            self.conn.executemany(
-                "UPDATE messages SET content = ?, tokens = ?, edited_seq = ?"
-                " WHERE session_id = ? AND seq = ?",
-                corrected,
-            )
-        if closed:
-            self.conn.executemany(
-                "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
-                " WHERE session_id = ? AND call_id = ?",
-                closed,
-            )
-        if usage:
-            self.conn.executemany(
-                "UPDATE sessions SET prompt_tokens = prompt_tokens + ?,"
-                " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-                [(p, c, sid) for sid, (p, c) in usage.items()],
-            )
-
-    def _update_session(self, session_id: str, fields: dict[str, Any]) -> None:
-        assert fields.keys() <= _SESSION_FIELDS, fields.keys()
-        values = [canonical_json(v) if k == "metadata" else v for k, v in fields.items()]
-        assignments = ", ".join(f"{name} = ?" for name in fields)
-        self.conn.execute(
-            f"UPDATE sessions SET {assignments} WHERE session_id = ?", (*values, session_id)
-        )
-
-    def replace_projection(self, tenant: str, projection: Projection) -> None:
-        session = projection.session
-        sid = session.session_id
-        self.conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
-        self.conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (sid,))
-        self.conn.executemany(
-            f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                (sid, m.seq, m.role, m.content, m.tokens, m.edited_seq, m.created_at)
-                for m in projection.messages.values()
-            ],
-        )
-        self.conn.executemany(
-            f"INSERT INTO tool_calls ({_TOOL_CALL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (sid, t.call_id, t.name, t.arguments, t.call_seq, t.status, t.result, t.result_seq)
-                for t in projection.tool_calls.values()
-            ],
-        )
-        fields = {name: getattr(session, name) for name in _SESSION_FIELDS}
-        self._update_session(sid, fields)
-        self.conn.execute(
-            "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = ?, updated_at = ?,"
-            " prompt_tokens = ?, completion_tokens = ? WHERE session_id = ? AND tenant = ?",
-            (
-                session.last_seq,
-                _position(session.last_position),
-                session.event_count,
-                session.updated_at,
-                session.prompt_tokens,
-                session.completion_tokens,
-                sid,
-                tenant,
-            ),
-        )
-
-    def purge(self, tenant: str, session_id: str, actor: str, at: int) -> int:
-        row = self._one(
-            "SELECT count(*) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
-        )
-        count = int(row[0]) if row else 0
-        cursor = self.conn.execute(
-            "INSERT INTO purge_audit (tenant, session_id, purged_by, purged_at, event_count,"
-            " pending) VALUES (?, ?, ?, ?, ?, 1)",
-            (tenant, session_id, actor, at, count),
-        )
-        for table in ("messages", "tool_calls", "events", "sessions"):
-            self.conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        self.conn.execute(
-            "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
-        )
-        return count

@@ -1,0 +1,43 @@
+"""Rows of the SQLite schema as Python values, for the storage's reads and its write transaction."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from agentjournal.errors import InvalidArgument
+from agentjournal.events import Event
+from agentjournal.projection import Session
+
+EVENT_COLUMNS: Final = "event_id, session_id, seq, type, payload, idempotency_key, created_at"
+SESSION_COLUMNS: Final = (
+    "session_id, tenant, title, status, model, system_prompt, metadata, forked_from, "
+    "forked_at_seq, last_seq, last_event_id, event_count, prompt_tokens, completion_tokens, "
+    "created_at, updated_at"
+)
+MESSAGE_COLUMNS: Final = "session_id, seq, role, content, tokens, edited_seq, created_at"
+TOOL_CALL_COLUMNS: Final = (
+    "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
+)
+
+
+def event_from_row(row: tuple[Any, ...]) -> Event:
+    event_id, session_id, seq, type_, payload, key, created_at = row
+    return Event(
+        event_id, session_id, seq, type_, json.loads(payload), created_at, key, str(event_id)
+    )
+
+
+def session_from_row(row: tuple[Any, ...]) -> Session:
+    values = list(row)
+    values[6] = json.loads(values[6])
+    values[10] = str(values[10])
+    return Session(*values)
+
+
+def position_number(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    if not (isinstance(value, str) and value.isascii() and value.isdigit()):
+        raise InvalidArgument(f"position {value!r} is not a position of this journal")
+    return int(value)
