@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from agentjournal.errors import InvalidEvent, PayloadTooLarge
 
@@ -59,9 +59,12 @@ _MAX_KEY_LEN: Final = 255
 _MAX_ID_LEN: Final = 255
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One stored event. `seq` orders it in its session; `position` in the tenant's global feed."""
+class Event(NamedTuple):
+    """One stored event. `seq` orders it in its session; `position` in the tenant's global feed.
+
+    A named tuple rather than a dataclass: reads build one per row, and a tuple is built in a
+    quarter of the time (replay of 4,000 events is held to 1.5x a raw SELECT + json.loads).
+    """
 
     event_id: int
     session_id: str

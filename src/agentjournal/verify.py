@@ -112,12 +112,12 @@ def compare_session(
         "messages",
         {f"{sid}/{m.seq}": m for m in stored_messages},
         {f"{sid}/{m.seq}": m for m in expected.messages.values()},
-        [f for f in Message.__slots__ if f not in {"session_id", "seq"}],
+        [f for f in Message._fields if f not in {"session_id", "seq"}],
     )
     differences += _compare_rows(
         "tool_calls",
         {f"{sid}/{t.call_id}": t for t in stored_tool_calls},
         {f"{sid}/{t.call_id}": t for t in expected.tool_calls.values()},
-        [f for f in ToolCall.__slots__ if f not in {"session_id", "call_id"}],
+        [f for f in ToolCall._fields if f not in {"session_id", "call_id"}],
     )
     return differences
