@@ -665,6 +665,19 @@ def test_retry_of_a_whole_batch_returns_the_original_batch(journal: Journal) -> 
     assert state(journal) == before
 
 
+def test_a_retry_must_repeat_the_batch_as_it_was(journal: Journal) -> None:
+    sid = seed(journal)
+    one = msg("user_message", "first", "k-one")
+    two = msg("user_message", "second", "k-two")
+    three = msg("user_message", "third", "k-three")
+    journal.append_many(sid, [one, two])
+    journal.append(sid, "assistant_message", {"content": "between"})
+    journal.append_many(sid, [three])
+    # Same keys, same payloads, but not one run of events in this order: not a retry.
+    rejected(journal, Conflict, lambda: journal.append_many(sid, [two, one]), "appended together")
+    rejected(journal, Conflict, lambda: journal.append_many(sid, [two, three]), "appended together")
+
+
 def test_keys_are_per_session(journal: Journal) -> None:
     one = seed(journal)
     two = journal.create_session().session_id

@@ -64,6 +64,13 @@ def resolve_retry(batch: Sequence[PreparedEvent], found: dict[str, Event]) -> li
                 f"(seq {original.seq}, {original.type}); use a new key for a new event"
             )
         originals.append(original)
+    # A retry repeats what it retries as it was: one run of consecutive events, in the same order.
+    first = originals[0].seq
+    if [original.seq for original in originals] != list(range(first, first + len(originals))):
+        raise Conflict(
+            "these idempotency keys belong to events that were not appended together in this order;"
+            " a retry must repeat the earlier batch as it was"
+        )
     return originals
 
 
