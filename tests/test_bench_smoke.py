@@ -40,3 +40,44 @@ def test_quick_run_prints_every_benchmark(tmp_path: Path) -> None:
     # Every figure has a verdict or a dash, and the temporary databases are gone.
     assert any(verdict in done.stdout for verdict in ("yes", "NO"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_raw_baseline_has_the_same_tables_and_indexes_as_the_journal(tmp_path: Path) -> None:
+    """The ratio is honest only if the baseline maintains the same indexes as agentjournal."""
+    import importlib.util
+    import sqlite3
+
+    from agentjournal import Journal
+
+    spec = importlib.util.spec_from_file_location("journal_bench", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["journal_bench"] = bench
+    spec.loader.exec_module(bench)
+
+    def shape(conn: sqlite3.Connection, tables: set[str]) -> dict[str, list[tuple[object, ...]]]:
+        found = {}
+        for table in sorted(tables):
+            columns = [row[1:] for row in conn.execute(f"PRAGMA table_info({table})")]
+            indexes = sorted(
+                (row[1], row[2], row[4]) for row in conn.execute(f"PRAGMA index_list({table})")
+            )
+            index_columns = sorted(
+                (name, tuple(r[2] for r in conn.execute(f"PRAGMA index_info({name})")))
+                for name, _, _ in indexes
+                if not name.startswith("sqlite_autoindex")
+            )
+            found[table] = [*columns, *[(u, p) for _, u, p in indexes], *index_columns]
+        return found
+
+    tables = {"sessions", "events", "messages", "tool_calls"}
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(bench.RAW_SCHEMA)
+    Journal.open(tmp_path / "j.db").close()
+    ours = sqlite3.connect(tmp_path / "j.db")
+    try:
+        assert shape(raw, tables) == shape(ours, tables)
+    finally:
+        ours.close()
+        raw.close()
