@@ -26,6 +26,7 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
+from expected import all_events
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
@@ -50,15 +51,6 @@ def run_together(count: int, body: Callable[[int], None]) -> list[str]:
         thread.join(WAIT)
     assert not any(thread.is_alive() for thread in threads), "a writer thread hung"
     return errors
-
-
-def all_events(journal: Journal) -> list[Event]:
-    events: list[Event] = []
-    cursor = None
-    while page := journal.events_all(after=cursor, limit=10_000):
-        events += page
-        cursor = page[-1].position
-    return events
 
 
 def check_journal(journal: Journal, acknowledged: list[Event]) -> list[Event]:

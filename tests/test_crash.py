@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from agentjournal import Event, Journal
+from expected import all_events
 
 HELPER = Path(__file__).parent / "helpers" / "crash_writer.py"
 KILLS = 20
@@ -79,15 +80,6 @@ class Child:
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8")[-2000:]
-
-
-def all_events(journal: Journal) -> list[Event]:
-    events: list[Event] = []
-    cursor = None
-    while page := journal.events_all(after=cursor, limit=10_000):
-        events += page
-        cursor = page[-1].position
-    return events
 
 
 def check_file(db: Path, acked: dict[int, tuple[str, int, str, str | None]]) -> int:

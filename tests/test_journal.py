@@ -32,6 +32,7 @@ from agentjournal import (
 )
 from agentjournal.events import RESERVED_TYPES
 from agentjournal.replay import estimate_tokens
+from expected import a, t, u
 
 PROMPT = "你是订单客服助手。"
 USAGE = {"prompt_tokens": 120, "completion_tokens": 12}
@@ -53,27 +54,6 @@ SEED = [
 
 def sys_(text: str) -> dict[str, Any]:
     return {"role": "system", "content": text}
-
-
-def u(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def a(text: str | None, *calls: tuple[str, str, str]) -> dict[str, Any]:
-    if not calls:
-        return {"role": "assistant", "content": text}
-    return {
-        "role": "assistant",
-        "content": text,
-        "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": args}}
-            for i, n, args in calls
-        ],
-    }
-
-
-def t(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 SEED_REPLAY = [

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from agentjournal.errors import ContextTooLarge
 from agentjournal.events import Event
 from agentjournal.replay import ContextFit, estimate_tokens, fit_context, replay
+from expected import a, t, u
 
 PROMPT = "你是订单客服助手。"
 SYSTEM = {"role": "system", "content": PROMPT}
@@ -48,27 +49,6 @@ def call(seq: int, call_id: str, name: str = "query_order_count", args: str = "{
 
 def result(seq: int, call_id: str, content: str, **extra: Any) -> Event:
     return ev(seq, "tool_result", call_id=call_id, content=content, **extra)
-
-
-def u(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def a(text: str | None, *calls: tuple[str, str, str]) -> dict[str, Any]:
-    if not calls:
-        return {"role": "assistant", "content": text}
-    return {
-        "role": "assistant",
-        "content": text,
-        "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": args}}
-            for i, n, args in calls
-        ],
-    }
-
-
-def t(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 def seed() -> list[Event]:
