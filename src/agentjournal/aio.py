@@ -30,9 +30,20 @@ T = TypeVar("T")
 class AsyncJournal:
     """`Journal` for asyncio. `await AsyncJournal.open("agent.db")`, then the same verbs."""
 
-    def __init__(self, journal: Journal, *, max_threads: int = 32) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        max_threads: int = 32,
+        executor: ThreadPoolExecutor | None = None,
+    ) -> None:
         self.journal = journal
-        self._pool = ThreadPoolExecutor(max_threads, thread_name_prefix="agentjournal")
+        self._owns_pool = executor is None
+        self._pool = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="agentjournal")
+
+    def for_tenant(self, tenant: str) -> AsyncJournal:
+        """The same database and worker threads, scoped to another tenant."""
+        return AsyncJournal(self.journal.for_tenant(tenant), executor=self._pool)
 
     @classmethod
     async def open(
@@ -62,7 +73,8 @@ class AsyncJournal:
 
     async def close(self) -> None:
         await self._run(self.journal.close)
-        self._pool.shutdown(wait=False)
+        if self._owns_pool:
+            self._pool.shutdown(wait=False)
 
     async def __aenter__(self) -> Self:
         return self
@@ -152,6 +164,33 @@ class AsyncJournal:
             self.journal.append_many, session_id, events, expected_seq=expected_seq
         )
 
+    async def create_session_ex(
+        self,
+        title: str = "",
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Session, bool]:
+        return await self._run(
+            self.journal.create_session_ex,
+            title,
+            model=model,
+            system_prompt=system_prompt,
+            metadata=metadata,
+            session_id=session_id,
+            idempotency_key=idempotency_key,
+        )
+
+    async def append_many_ex(
+        self, session_id: str, events: Sequence[EventLike], *, expected_seq: int | None = None
+    ) -> tuple[list[Event], bool]:
+        return await self._run(
+            self.journal.append_many_ex, session_id, events, expected_seq=expected_seq
+        )
+
     async def compact(
         self, session_id: str, until_seq: int, summary: str, *, idempotency_key: str | None = None
     ) -> Event:
@@ -169,6 +208,18 @@ class AsyncJournal:
     ) -> Session:
         return await self._run(
             self.journal.fork, session_id, at_seq, title=title, idempotency_key=idempotency_key
+        )
+
+    async def fork_ex(
+        self,
+        session_id: str,
+        at_seq: int | None = None,
+        *,
+        title: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Session, bool]:
+        return await self._run(
+            self.journal.fork_ex, session_id, at_seq, title=title, idempotency_key=idempotency_key
         )
 
     async def events(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[Event]:

@@ -314,14 +314,16 @@ class Journal:
                 raise type(exc)(f"events[{index}]: {exc}") from exc
         return prepared
 
-    def append_prepared(
+    def append_many_ex(
         self,
         session_id: str,
-        events: Sequence[PreparedEvent],
+        events: Sequence[EventLike],
+        *,
         expected_seq: int | None = None,
     ) -> tuple[list[Event], bool]:
-        """Append validated events; also tells whether they were created (False: a retry)."""
-        return self._append(session_id, events, expected_seq)
+        """`append_many`, also telling whether the events were written now (False: this was an
+        idempotent retry and they are the originals)."""
+        return self._append(session_id, self.prepare_batch(events), expected_seq)
 
     def compact(
         self,
@@ -349,6 +351,17 @@ class Journal:
     ) -> Session:
         """A new session holding copies of events 1..at_seq (default: all), then
         `session_forked`. From then on the two are independent."""
+        return self.fork_ex(session_id, at_seq, title=title, idempotency_key=idempotency_key)[0]
+
+    def fork_ex(
+        self,
+        session_id: str,
+        at_seq: int | None = None,
+        *,
+        title: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Session, bool]:
+        """`fork`, also telling whether it forked now (False: an idempotent repeat)."""
         _check_id(session_id, "session_id")
         if at_seq is not None:
             _check_int(at_seq, "at_seq", 1)
@@ -356,7 +369,7 @@ class Journal:
         new_id = new_session_id()
         created_at = now_ms()
 
-        def work(tx: WriteTx) -> str:
+        def work(tx: WriteTx) -> tuple[str, bool]:
             if key is not None:
                 existing = tx.session_by_key(self.tenant, key)
                 if existing is not None:
@@ -368,7 +381,7 @@ class Journal:
                         or (at_seq is not None and original.payload["at_seq"] != at_seq)
                     ):
                         raise Conflict(f"idempotency key {key!r} was used for another request")
-                    return existing
+                    return existing, False
             state = self._state(tx, session_id)
             if state is None:
                 raise SessionNotFound(session_id)
@@ -397,9 +410,10 @@ class Journal:
                     for seq, event in enumerate(extra, start=at + 1)
                 ]
             )
-            return new_id
+            return new_id, True
 
-        return self.get_session(self.storage.write(work))
+        forked_id, created = self.storage.write(work)
+        return self.get_session(forked_id), created
 
     def _prepare(
         self, type_: Any, payload: Any, key: Any = None, *, reserved: bool = False

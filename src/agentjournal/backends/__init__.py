@@ -17,7 +17,7 @@ from agentjournal.events import Event, PreparedEvent
 from agentjournal.projection import Message, Projection, Session, ToolCall
 from agentjournal.rules import SessionState
 
-__all__ = ["EventRow", "Storage", "WriteTx"]
+__all__ = ["ApiKeyRow", "EventRow", "Storage", "WriteTx"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
@@ -32,6 +32,18 @@ class EventRow:
     seq: int
     event: PreparedEvent
     created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRow:
+    """A stored API key: its public id, its tenant, and a hash of its secret (never the secret)."""
+
+    key_id: str
+    tenant: str
+    secret_hash: str
+    label: str
+    created_at: int
+    revoked_at: int | None = None
 
 
 class WriteTx(Protocol):
@@ -81,6 +93,11 @@ class WriteTx(Protocol):
     def purge(self, tenant: str, session_id: str, actor: str, at: int) -> int:
         """Delete the session and everything of it, leaving an audit row. Returns events deleted."""
 
+    def insert_api_key(self, key: ApiKeyRow) -> None: ...
+
+    def revoke_api_key(self, key_id: str, at: int) -> bool:
+        """Mark the key revoked; False if there is no such key or it was revoked already."""
+
 
 class Storage(Protocol):
     """A database holding journals for any number of tenants."""
@@ -126,6 +143,11 @@ class Storage(Protocol):
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]: ...
 
     def tool_calls(self, tenant: str, session_id: str) -> list[ToolCall]: ...
+
+    def api_key(self, key_id: str) -> ApiKeyRow | None: ...
+
+    def api_keys(self, tenant: str | None) -> list[ApiKeyRow]:
+        """Every key (of one tenant, or of all), revoked ones included, oldest first."""
 
     def integrity_errors(self) -> list[str]:
         """What the database's own consistency checks report (empty when sound)."""

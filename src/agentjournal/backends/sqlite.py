@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from agentjournal.backends import WriteTx
+from agentjournal.backends import ApiKeyRow, WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
@@ -38,14 +38,17 @@ __all__ = ["SQLiteStorage"]
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
 
+_KEY_COLUMNS: Final = "key_id, tenant, secret_hash, label, created_at, revoked_at"
 SYNCHRONOUS: Final = {"full": 2, "normal": 1}
 BUSY_TIMEOUT_MS: Final = 60_000
 
 
 def _migrations() -> list[str]:
-    """Schema versions in order; `PRAGMA user_version` counts how many are applied."""
-    schema = resources.files("agentjournal.backends").joinpath("sqlite_schema.sql")
-    return [schema.read_text(encoding="utf-8")]
+    """Schema versions in order (sqlite_migrations/NNNN_*.sql); `PRAGMA user_version` counts
+    how many are applied. A released file is never edited: changes come as a new file."""
+    folder = resources.files("agentjournal.backends").joinpath("sqlite_migrations")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return [f.read_text(encoding="utf-8") for f in files]
 
 
 def _statements(script: str) -> list[str]:
@@ -297,6 +300,18 @@ class SQLiteStorage:
             (session_id, tenant),
         )
         return [ToolCall(*row) for row in rows]
+
+    def api_key(self, key_id: str) -> ApiKeyRow | None:
+        rows = self._read(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
+        return ApiKeyRow(*rows[0]) if rows else None
+
+    def api_keys(self, tenant: str | None) -> list[ApiKeyRow]:
+        rows = self._read(
+            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE ?1 IS NULL OR tenant = ?1"
+            " ORDER BY created_at, key_id",
+            (tenant,),
+        )
+        return [ApiKeyRow(*row) for row in rows]
 
     def integrity_errors(self) -> list[str]:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
-from agentjournal.backends import EventRow
+from agentjournal.backends import ApiKeyRow, EventRow
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -332,3 +332,17 @@ class SQLiteTx:
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
         )
         return count
+
+    def insert_api_key(self, key: ApiKeyRow) -> None:
+        self.conn.execute(
+            "INSERT INTO api_keys (key_id, tenant, secret_hash, label, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (key.key_id, key.tenant, key.secret_hash, key.label, key.created_at),
+        )
+
+    def revoke_api_key(self, key_id: str, at: int) -> bool:
+        cursor = self.conn.execute(
+            "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+            (at, key_id),
+        )
+        return cursor.rowcount == 1

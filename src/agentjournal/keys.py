@@ -1,0 +1,67 @@
+"""API keys for the HTTP service: each key belongs to one tenant.
+
+A key reads `aj_<key id>_<secret>`. Only the SHA-256 of the secret is stored: the secret is 32
+random bytes, so a slow password hash would add nothing but latency. Checking a key finds its row
+by id and compares hashes in constant time. A key is shown once, when it is created.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import time
+
+from agentjournal.backends import ApiKeyRow, Storage
+from agentjournal.errors import InvalidArgument
+
+__all__ = ["KEY_PREFIX", "ApiKeys"]
+
+KEY_PREFIX = "aj_"
+_KEY = re.compile(r"^aj_([a-z2-7]{10})_([A-Za-z0-9_-]{43})$")
+_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+class ApiKeys:
+    """Create, check, list and revoke the keys stored beside the journal."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def create(self, tenant: str, label: str = "") -> tuple[ApiKeyRow, str]:
+        """A new key for `tenant`: its stored row and the key itself (shown only now)."""
+        if not isinstance(tenant, str) or not _TENANT.match(tenant):
+            raise InvalidArgument(f"tenant must be 1-128 characters of [A-Za-z0-9_.:-]: {tenant!r}")
+        key_id = base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()[:10]
+        secret = secrets.token_urlsafe(32)
+        row = ApiKeyRow(key_id, tenant, _hash(secret), label, time.time_ns() // 1_000_000)
+        self.storage.write(lambda tx: tx.insert_api_key(row))
+        return row, f"{KEY_PREFIX}{key_id}_{secret}"
+
+    def tenant_of(self, key: str) -> str | None:
+        """The tenant a valid, unrevoked key belongs to; None for anything else."""
+        match = _KEY.match(key)
+        if match is None:
+            return None
+        row = self.storage.api_key(match.group(1))
+        if row is None or row.revoked_at is not None:
+            return None
+        if not hmac.compare_digest(row.secret_hash, _hash(match.group(2))):
+            return None
+        return row.tenant
+
+    def list(self, tenant: str | None = None) -> list[ApiKeyRow]:
+        return self.storage.api_keys(tenant)
+
+    def revoke(self, key_id: str) -> bool:
+        at = time.time_ns() // 1_000_000
+        return self.storage.write(lambda tx: tx.revoke_api_key(key_id, at))
+
+    def any_active(self) -> bool:
+        return any(row.revoked_at is None for row in self.storage.api_keys(None))
