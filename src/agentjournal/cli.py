@@ -36,6 +36,108 @@ def demo(
     raise typer.Exit(run_demo(db, keep=keep))
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@app.command()
+def serve(
+    db: Annotated[str, typer.Option(help="Database file (created if missing).")] = "agent.db",
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 4 * 1024 * 1024,
+    max_event_bytes: Annotated[int, typer.Option(help="Largest event payload.")] = 1024 * 1024,
+    max_streams_per_key: Annotated[int, typer.Option(help="Open SSE streams per key.")] = 100,
+    rate_limit: Annotated[float, typer.Option(help="Requests per second per key.")] = 500.0,
+) -> None:
+    """Serve the HTTP API (JSON + SSE) over the database.
+
+    Example: agentjournal serve --db agent.db --port 8000
+    """
+    import uvicorn
+
+    from agentjournal.journal import Journal
+    from agentjournal.keys import ApiKeys
+    from agentjournal.server import Limits, create_app
+
+    journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+    if not ApiKeys(journal.storage).any_active() and host not in _LOOPBACK:
+        journal.close()
+        typer.echo(
+            f"refusing to bind {host}: no API keys exist, so every caller would be tenant"
+            " 'default'. Create one (agentjournal keys create --tenant NAME) or bind 127.0.0.1.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_streams_per_key=max_streams_per_key,
+        requests_per_second=rate_limit,
+        burst=max(1, int(rate_limit * 2)),
+    )
+    uvicorn.run(create_app(journal, limits=limits), host=host, port=port, log_level="warning")
+
+
+keys_app = typer.Typer(
+    help="API keys for the HTTP service (one tenant each).", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
+    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+    label: Annotated[str, typer.Option(help="A note to tell keys apart.")] = "",
+) -> None:
+    """Create a key and print it once (only a hash is stored).
+
+    Example: agentjournal keys create --tenant acme --db agent.db
+    """
+    from agentjournal.journal import Journal
+    from agentjournal.keys import ApiKeys
+
+    with Journal.open(db) as journal:
+        row, key = ApiKeys(journal.storage).create(tenant, label)
+    typer.echo(key)
+    typer.echo(f"key id {row.key_id} for tenant {row.tenant}; it is not shown again", err=True)
+
+
+@keys_app.command("list")
+def keys_list(
+    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+) -> None:
+    """List keys (ids, tenants, labels; never secrets).
+
+    Example: agentjournal keys list --db agent.db
+    """
+    from agentjournal.journal import Journal
+    from agentjournal.keys import ApiKeys
+
+    with Journal.open(db) as journal:
+        for row in ApiKeys(journal.storage).list(tenant):
+            state = "revoked" if row.revoked_at else "active"
+            typer.echo(f"{row.key_id}\t{row.tenant}\t{state}\t{row.label}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id (the part after aj_).")],
+    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+) -> None:
+    """Revoke a key; requests with it answer 401 within seconds.
+
+    Example: agentjournal keys revoke ms4la5a66b --db agent.db
+    """
+    from agentjournal.journal import Journal
+    from agentjournal.keys import ApiKeys
+
+    with Journal.open(db) as journal:
+        if not ApiKeys(journal.storage).revoke(key_id):
+            typer.echo(f"no active key {key_id}", err=True)
+            raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

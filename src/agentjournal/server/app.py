@@ -1,0 +1,403 @@
+"""The HTTP API under /v1: each route parses, calls one journal verb for the caller's tenant, and
+renders. Errors are problem+json (server/problems.py); bodies are guarded before routing
+(server/body.py); streams are SSE (server/streams.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentjournal.aio import AsyncJournal
+from agentjournal.journal import Journal
+from agentjournal.keys import ApiKeys
+from agentjournal.server.body import BodyGuard
+from agentjournal.server.models import (
+    AppendBatch,
+    AppendOne,
+    CompactRequest,
+    CreateSession,
+    EventList,
+    EventOut,
+    EventPage,
+    ForkRequest,
+    Health,
+    MessageList,
+    MessageOut,
+    Purged,
+    ReplayOut,
+    SessionOut,
+    SessionPage,
+    UpdateSession,
+)
+from agentjournal.server.problems import PROBLEM_JSON, Problem, install_problem_handlers
+from agentjournal.server.service import Limits, Metrics, Service
+from agentjournal.server.streams import feed_stream, session_stream
+
+__all__ = ["create_app"]
+
+_PROBLEM = {"content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, **_PROBLEM}
+    for code, text in {
+        400: "malformed JSON",
+        401: "missing or bad API key",
+        404: "no such session (or another tenant's)",
+        409: "conflict: expected_seq, idempotency key, tool call, closed session",
+        413: "body or payload too large",
+        415: "not application/json",
+        422: "invalid request or event",
+        429: "rate or stream limit",
+    }.items()
+}
+Format = Literal["openai", "anthropic"]
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    service = _service(request)
+    tenant = service.caller(authorization)
+    service.admit(tenant)
+    return tenant
+
+
+Tenant = Annotated[str, Depends(_tenant)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+
+
+def _journal(request: Request, tenant: str) -> AsyncJournal:
+    return _service(request).journal.for_tenant(tenant)
+
+
+def _created(model: Any, created: bool) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=201 if created else 200)
+
+
+def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: Format) -> ReplayOut:
+    if isinstance(messages, dict):
+        return ReplayOut(format=format, system=messages["system"], messages=messages["messages"])
+    return ReplayOut(format=format, system=None, messages=messages)
+
+
+router = APIRouter(prefix="/v1", responses=_ERRORS)
+
+
+@router.post("/sessions", status_code=201, response_model=SessionOut, tags=["sessions"])
+async def create_session(
+    request: Request, body: CreateSession, tenant: Tenant, key: IdempotencyKey = None
+) -> JSONResponse:
+    """Create a session (201); a repeated Idempotency-Key answers 200 with the original."""
+    session, created = await _journal(request, tenant).create_session_ex(
+        body.title,
+        model=body.model,
+        system_prompt=body.system_prompt,
+        metadata=body.metadata,
+        idempotency_key=key,
+    )
+    return _created(SessionOut.of(session), created)
+
+
+@router.get("/sessions", tags=["sessions"])
+async def list_sessions(
+    request: Request,
+    tenant: Tenant,
+    status: Literal["active", "archived", "deleted", "all"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=32)] = None,
+) -> SessionPage:
+    """Sessions, most recent activity first; follow `next_cursor` for the next page."""
+    sessions = await _journal(request, tenant).sessions(status=status, limit=limit, cursor=cursor)
+    next_cursor = sessions[-1].last_position if len(sessions) == limit else None
+    return SessionPage(sessions=[SessionOut.of(s) for s in sessions], next_cursor=next_cursor)
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"])
+async def get_session(request: Request, session_id: str, tenant: Tenant) -> SessionOut:
+    return SessionOut.of(await _journal(request, tenant).get_session(session_id))
+
+
+@router.patch("/sessions/{session_id}", tags=["sessions"])
+async def update_session(
+    request: Request, session_id: str, body: UpdateSession, tenant: Tenant
+) -> SessionOut:
+    """Change title, metadata (replaced whole) or status; deleting here is a soft delete."""
+    session = await _journal(request, tenant).update_session(
+        session_id, title=body.title, metadata=body.metadata, status=body.status
+    )
+    return SessionOut.of(session)
+
+
+@router.delete("/sessions/{session_id}", response_model=SessionOut | Purged, tags=["sessions"])
+async def delete_session(
+    request: Request, session_id: str, tenant: Tenant, purge: bool = False
+) -> SessionOut | Purged:
+    """Soft delete (the session stays readable), or with ?purge=true remove it for good."""
+    journal = _journal(request, tenant)
+    if purge:
+        count = await journal.purge_session(session_id, actor=f"http:{tenant}")
+        return Purged(session_id=session_id, events_deleted=count)
+    return SessionOut.of(await journal.delete_session(session_id))
+
+
+@router.post(
+    "/sessions/{session_id}/events",
+    status_code=201,
+    response_model=EventOut | EventList,
+    tags=["events"],
+)
+async def append(
+    request: Request, session_id: str, body: AppendOne | AppendBatch, tenant: Tenant
+) -> JSONResponse:
+    """Append one event, or a batch atomically (201; 200 for an idempotent repeat)."""
+    service = _service(request)
+    started = time.perf_counter()
+    if isinstance(body, AppendBatch):
+        batch = [event.model_dump() for event in body.events]
+    else:
+        batch = [body.model_dump(exclude={"expected_seq"})]
+    events, created = await _journal(request, tenant).append_many_ex(
+        session_id, batch, expected_seq=body.expected_seq
+    )
+    if created:
+        service.metrics.appended.inc(len(events))
+        service.metrics.append_seconds.observe(time.perf_counter() - started)
+    out = [EventOut.of(e) for e in events]
+    rendered: EventOut | EventList = (
+        EventList(events=out) if isinstance(body, AppendBatch) else out[0]
+    )
+    return _created(rendered, created)
+
+
+@router.get("/sessions/{session_id}/events", tags=["events"])
+async def events_page(
+    request: Request,
+    session_id: str,
+    tenant: Tenant,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> EventPage:
+    events = await _journal(request, tenant).events(session_id, after=after, limit=limit)
+    next_after = events[-1].seq if len(events) == limit else None
+    return EventPage(events=[EventOut.of(e) for e in events], next_after=next_after)
+
+
+@router.get(
+    "/sessions/{session_id}/events/stream",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "SSE, id = seq"}},
+    tags=["events"],
+)
+async def stream_session(
+    request: Request,
+    session_id: str,
+    tenant: Tenant,
+    after: Annotated[int, Query(ge=0)] = 0,
+    follow: bool = True,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
+) -> Response:
+    """Every event after `after` (or after Last-Event-ID, which wins), then live ones."""
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise Problem(422, "Invalid request", "Last-Event-ID must be a seq (an integer)")
+        after = int(last_event_id)
+    service = _service(request)
+    await _journal(request, tenant).get_session(session_id)  # 404 before the stream starts
+    service.check_streams(tenant)
+    return session_stream(service, tenant, session_id, after, follow)
+
+
+@router.get("/sessions/{session_id}/messages", tags=["read"])
+async def messages(
+    request: Request,
+    session_id: str,
+    tenant: Tenant,
+    last: Annotated[int | None, Query(ge=1, le=1000)] = None,
+) -> MessageList:
+    found = await _journal(request, tenant).messages(session_id, last=last)
+    return MessageList(messages=[MessageOut.of(m) for m in found])
+
+
+@router.get("/sessions/{session_id}/replay", tags=["read"])
+async def replay(
+    request: Request,
+    session_id: str,
+    tenant: Tenant,
+    format: Format = "openai",
+    until: Annotated[int | None, Query(ge=1)] = None,
+) -> ReplayOut:
+    """The message list a model accepts, as of `until` if given."""
+    out = await _journal(request, tenant).replay(session_id, until=until, format=format)
+    return _replayed(out, format)
+
+
+@router.get("/sessions/{session_id}/context", tags=["read"])
+async def context(
+    request: Request,
+    session_id: str,
+    tenant: Tenant,
+    max_tokens: Annotated[int, Query(ge=1)],
+    format: Format = "openai",
+) -> ReplayOut:
+    """The longest suffix of the replay that fits `max_tokens`."""
+    out = await _journal(request, tenant).context(session_id, max_tokens=max_tokens, format=format)
+    return _replayed(out, format)
+
+
+@router.post(
+    "/sessions/{session_id}/fork", status_code=201, response_model=SessionOut, tags=["sessions"]
+)
+async def fork(
+    request: Request,
+    session_id: str,
+    body: ForkRequest,
+    tenant: Tenant,
+    key: IdempotencyKey = None,
+) -> JSONResponse:
+    session, created = await _journal(request, tenant).fork_ex(
+        session_id, body.at_seq, title=body.title, idempotency_key=key
+    )
+    return _created(SessionOut.of(session), created)
+
+
+@router.post(
+    "/sessions/{session_id}/compact", status_code=201, response_model=EventOut, tags=["events"]
+)
+async def compact(
+    request: Request,
+    session_id: str,
+    body: CompactRequest,
+    tenant: Tenant,
+    key: IdempotencyKey = None,
+) -> JSONResponse:
+    batch = [
+        {
+            "type": "context_compacted",
+            "payload": {"summary": body.summary, "until_seq": body.until_seq},
+            "idempotency_key": key,
+        }
+    ]
+    events, created = await _journal(request, tenant).append_many_ex(session_id, batch)
+    return _created(EventOut.of(events[0]), created)
+
+
+@router.get(
+    "/events/stream",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "SSE, id = position"}},
+    tags=["events"],
+)
+async def stream_feed(
+    request: Request,
+    tenant: Tenant,
+    after: Annotated[str | None, Query(max_length=32, pattern=r"^[0-9]+$")] = None,
+    follow: bool = True,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
+) -> Response:
+    """The tenant's events in commit order after a position, then live ones."""
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise Problem(422, "Invalid request", "Last-Event-ID must be a position")
+        after = last_event_id
+    service = _service(request)
+    service.check_streams(tenant)
+    return feed_stream(service, tenant, after, follow)
+
+
+def create_app(
+    journal: Journal,
+    *,
+    limits: Limits | None = None,
+    require_keys: bool | None = None,
+) -> FastAPI:
+    """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
+    soon as one active key exists; otherwise every request is tenant 'default'."""
+    keys = ApiKeys(journal.storage)
+    service = Service(
+        journal=AsyncJournal(journal),
+        keys=keys,
+        limits=limits or Limits(),
+        open=not keys.any_active() if require_keys is None else not require_keys,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await service.journal.close()
+
+    app = FastAPI(
+        title="agentjournal",
+        version="1",
+        summary="Durable memory for AI agents: sessions, events, replay and live streams.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_problem_handlers(app)
+    app.include_router(router)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> Health:
+        """200 when the database answers."""
+        await service.journal.sessions(limit=1)
+        return Health(status="ok")
+
+    @app.get("/metrics", response_class=Response, tags=["operations"])
+    async def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    _document_problems(app)
+    app.add_middleware(BodyGuard, max_bytes=service.limits.max_body_bytes)
+    app.add_middleware(_CountErrors, metrics=service.metrics)
+    return app
+
+
+def _document_problems(app: FastAPI) -> None:
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = {
+                "type": "object",
+                "required": ["type", "title", "status", "detail"],
+                "properties": {
+                    "type": {"type": "string"},
+                    "title": {"type": "string"},
+                    "status": {"type": "integer"},
+                    "detail": {"type": "string"},
+                },
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+class _CountErrors:
+    """Counts 4xx/5xx responses by status, for /metrics."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                self.metrics.errors.labels(status=str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting)

@@ -1,0 +1,74 @@
+"""Request bodies: counted as they stream in (never trusting Content-Length), JSON only, parsed
+strictly (no NaN, no duplicate keys) before any route sees them."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentjournal.errors import InvalidEvent
+from agentjournal.events import loads_strict
+from agentjournal.server.problems import problem_response
+
+__all__ = ["BodyGuard"]
+
+
+class BodyGuard:
+    """ASGI middleware: 413 past `max_bytes`, 415 if not JSON, 400 if not JSON at all, 422 if JSON
+    that the journal would refuse (NaN, Infinity, a key twice). Replays the body downstream."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                detail = f"the request body is over {self.max_bytes} bytes"
+                await problem_response(413, "Payload too large", detail)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        problem = _check(scope, body)
+        if problem is not None:
+            status, title, detail = problem
+            await problem_response(status, title, detail)(scope, receive, send)
+            return
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _check(scope: Scope, body: bytes) -> tuple[int, str, str] | None:
+    if not body:
+        return None
+    headers = dict(scope.get("headers", []))
+    media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    if media != b"application/json":
+        return 415, "Unsupported media type", "send the body as Content-Type: application/json"
+    try:
+        loads_strict(body)
+    except InvalidEvent as exc:
+        message = str(exc)
+        if message.startswith("not valid JSON"):
+            return 400, "Malformed JSON", message
+        return 422, "Invalid request", message
+    return None

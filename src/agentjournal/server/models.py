@@ -1,0 +1,159 @@
+"""Request and response bodies of the HTTP API, as the OpenAPI spec describes them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentjournal.events import Event
+from agentjournal.projection import Message, Session
+
+__all__ = [
+    "AppendBatch",
+    "AppendOne",
+    "CompactRequest",
+    "CreateSession",
+    "EventIn",
+    "EventList",
+    "EventOut",
+    "EventPage",
+    "ForkRequest",
+    "Health",
+    "MessageList",
+    "MessageOut",
+    "Purged",
+    "ReplayOut",
+    "SessionOut",
+    "SessionPage",
+    "UpdateSession",
+]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class EventIn(_In):
+    type: str = Field(description="a core type, or a namespaced one like 'myapp.memory_saved'")
+    payload: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+class AppendOne(EventIn):
+    expected_seq: int | None = Field(default=None, ge=0)
+
+
+class AppendBatch(_In):
+    events: list[EventIn] = Field(min_length=1)
+    expected_seq: int | None = Field(default=None, ge=0)
+
+
+class CreateSession(_In):
+    title: str = ""
+    model: str | None = None
+    system_prompt: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class UpdateSession(_In):
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    status: Literal["active", "archived", "deleted"] | None = None
+
+
+class ForkRequest(_In):
+    at_seq: int | None = Field(default=None, ge=1)
+    title: str | None = None
+
+
+class CompactRequest(_In):
+    until_seq: int = Field(ge=1)
+    summary: str
+
+
+class EventOut(BaseModel):
+    event_id: int
+    session_id: str
+    seq: int
+    position: str
+    type: str
+    payload: dict[str, Any]
+    idempotency_key: str | None
+    created_at: int
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls.model_construct(**event.to_dict())
+
+
+class EventList(BaseModel):
+    events: list[EventOut]
+
+
+class EventPage(BaseModel):
+    events: list[EventOut]
+    next_after: int | str | None = Field(
+        description="pass as ?after= for the next page; null when this page was the last"
+    )
+
+
+class SessionOut(BaseModel):
+    session_id: str
+    tenant: str
+    title: str
+    status: str
+    model: str | None
+    system_prompt: str | None
+    metadata: dict[str, Any]
+    forked_from: str | None
+    forked_at_seq: int | None
+    last_seq: int
+    last_position: str
+    event_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def of(cls, session: Session) -> SessionOut:
+        return cls.model_construct(**session.to_dict())
+
+
+class SessionPage(BaseModel):
+    sessions: list[SessionOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class MessageOut(BaseModel):
+    session_id: str
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    edited_seq: int | None
+    created_at: int
+
+    @classmethod
+    def of(cls, message: Message) -> MessageOut:
+        return cls.model_construct(**message.to_dict())
+
+
+class MessageList(BaseModel):
+    messages: list[MessageOut]
+
+
+class ReplayOut(BaseModel):
+    format: Literal["openai", "anthropic"]
+    system: str | None = Field(description="anthropic: all system text; openai: always null")
+    messages: list[dict[str, Any]]
+
+
+class Purged(BaseModel):
+    session_id: str
+    events_deleted: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

@@ -1,0 +1,136 @@
+"""What every request shares: the journal, who the caller is, and what the caller may still do."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from agentjournal.aio import AsyncJournal
+from agentjournal.keys import ApiKeys
+from agentjournal.server.problems import Problem
+
+__all__ = ["Limits", "Metrics", "Service"]
+
+_KEY_CACHE_SECONDS = 5.0  # a revoked key stops working within this long
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request and per-key limits; each answered with its own problem."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_streams_per_key: int = 100
+    requests_per_second: float = 500.0
+    burst: int = 1000
+    heartbeat_seconds: float = 15.0
+    retry_ms: int = 2000
+
+
+class Metrics:
+    """Prometheus metrics of one app (its own registry, so apps in one process don't collide)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.appended = Counter(
+            "agentjournal_events_appended_total", "Events appended", registry=self.registry
+        )
+        self.append_seconds = Histogram(
+            "agentjournal_append_seconds", "Append latency, until durable", registry=self.registry
+        )
+        self.open_streams = Gauge(
+            "agentjournal_open_streams", "Open SSE streams", registry=self.registry
+        )
+        self.errors = Counter(
+            "agentjournal_http_errors_total",
+            "Responses with a 4xx or 5xx status",
+            ["status"],
+            registry=self.registry,
+        )
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+@dataclass
+class Service:
+    """The app's state: `open` means no API keys exist and everything is tenant 'default'."""
+
+    journal: AsyncJournal
+    keys: ApiKeys
+    limits: Limits
+    open: bool
+    metrics: Metrics = field(default_factory=Metrics)
+    _known: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _buckets: dict[str, _Bucket] = field(default_factory=dict)
+    _streams: dict[str, int] = field(default_factory=dict)
+
+    def caller(self, authorization: str | None) -> str:
+        """The tenant of the request's bearer key (401 if it has none that is valid)."""
+        if authorization is None:
+            if self.open:
+                return "default"
+            raise _unauthorized("send Authorization: Bearer <key> (create one: agentjournal keys)")
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise _unauthorized("the Authorization header must be 'Bearer <key>'")
+        key = key.strip()
+        now = time.monotonic()
+        known = self._known.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        tenant = self.keys.tenant_of(key)
+        if tenant is None:
+            raise _unauthorized("the API key is not valid (unknown, revoked or mistyped)")
+        self._known[key] = (tenant, now + _KEY_CACHE_SECONDS)
+        return tenant
+
+    def admit(self, tenant: str) -> None:
+        """Token bucket per tenant: `requests_per_second`, bursts up to `burst`."""
+        now = time.monotonic()
+        bucket = self._buckets.setdefault(tenant, _Bucket(self.limits.burst, now))
+        bucket.tokens = min(
+            self.limits.burst,
+            bucket.tokens + (now - bucket.stamp) * self.limits.requests_per_second,
+        )
+        bucket.stamp = now
+        if bucket.tokens < 1:
+            wait = (1 - bucket.tokens) / self.limits.requests_per_second
+            raise Problem(
+                429,
+                "Too many requests",
+                f"over {self.limits.requests_per_second:g} requests/s for this key; retry later",
+                headers={"Retry-After": str(max(1, round(wait)))},
+            )
+        bucket.tokens -= 1
+
+    def check_streams(self, tenant: str) -> None:
+        """Refuse (429) a new stream while the tenant has `max_streams_per_key` open; checked
+        before the response starts, since a stream's status line goes out with its first frame."""
+        if self._streams.get(tenant, 0) >= self.limits.max_streams_per_key:
+            raise Problem(
+                429,
+                "Too many streams",
+                f"this key already has {self.limits.max_streams_per_key} open streams",
+            )
+
+    @asynccontextmanager
+    async def stream_slot(self, tenant: str) -> AsyncIterator[None]:
+        """Count one open stream of the tenant for as long as its generator runs."""
+        self._streams[tenant] = self._streams.get(tenant, 0) + 1
+        self.metrics.open_streams.inc()
+        try:
+            yield
+        finally:
+            self._streams[tenant] -= 1
+            self.metrics.open_streams.dec()
+
+
+def _unauthorized(detail: str) -> Problem:
+    return Problem(401, "Unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
