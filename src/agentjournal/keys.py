@@ -17,11 +17,17 @@ import time
 from agentjournal.backends import ApiKeyRow, Storage
 from agentjournal.errors import InvalidArgument
 
-__all__ = ["KEY_PREFIX", "ApiKeys"]
+__all__ = ["KEY_PREFIX", "ApiKeys", "key_id_of"]
 
 KEY_PREFIX = "aj_"
 _KEY = re.compile(r"^aj_([a-z2-7]{10})_([A-Za-z0-9_-]{43})$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def key_id_of(key: str) -> str:
+    """The public id part of a well-formed key (what logs and limits may name)."""
+    match = _KEY.match(key)
+    return match.group(1) if match else ""
 
 
 def _hash(secret: str) -> str:

@@ -66,8 +66,9 @@ def _service(request: Request) -> Service:
 
 def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
     service = _service(request)
-    tenant = service.caller(authorization)
-    service.admit(tenant)
+    tenant, key_id = service.caller(authorization)
+    service.admit(key_id)
+    request.state.key_id = key_id
     return tenant
 
 
@@ -212,8 +213,8 @@ async def stream_session(
         after = int(last_event_id)
     service = _service(request)
     await _journal(request, tenant).get_session(session_id)  # 404 before the stream starts
-    service.check_streams(tenant)
-    return session_stream(service, tenant, session_id, after, follow)
+    service.check_streams(request.state.key_id)
+    return session_stream(service, tenant, request.state.key_id, session_id, after, follow)
 
 
 @router.get("/sessions/{session_id}/messages", tags=["read"])
@@ -309,8 +310,8 @@ async def stream_feed(
             raise Problem(422, "Invalid request", "Last-Event-ID must be a position")
         after = last_event_id
     service = _service(request)
-    service.check_streams(tenant)
-    return feed_stream(service, tenant, after, follow)
+    service.check_streams(request.state.key_id)
+    return feed_stream(service, tenant, request.state.key_id, after, follow)
 
 
 def create_app(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.keys import ApiKeys
+from agentjournal.keys import ApiKeys, key_id_of
 from agentjournal.server.problems import Problem
 
 __all__ = ["Limits", "Metrics", "Service"]
@@ -71,11 +71,12 @@ class Service:
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _streams: dict[str, int] = field(default_factory=dict)
 
-    def caller(self, authorization: str | None) -> str:
-        """The tenant of the request's bearer key (401 if it has none that is valid)."""
+    def caller(self, authorization: str | None) -> tuple[str, str]:
+        """(tenant, key id) of the request's bearer key; 401 without a valid one. In open mode,
+        a request without a key is ("default", "open")."""
         if authorization is None:
             if self.open:
-                return "default"
+                return "default", "open"
             raise _unauthorized("send Authorization: Bearer <key> (create one: agentjournal keys)")
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -83,18 +84,18 @@ class Service:
         key = key.strip()
         now = time.monotonic()
         known = self._known.get(key)
-        if known is not None and known[1] > now:
-            return known[0]
-        tenant = self.keys.tenant_of(key)
-        if tenant is None:
-            raise _unauthorized("the API key is not valid (unknown, revoked or mistyped)")
-        self._known[key] = (tenant, now + _KEY_CACHE_SECONDS)
-        return tenant
+        if known is None or known[1] <= now:
+            tenant = self.keys.tenant_of(key)
+            if tenant is None:
+                self._known.pop(key, None)
+                raise _unauthorized("the API key is not valid (unknown, revoked or mistyped)")
+            known = self._known[key] = (tenant, now + _KEY_CACHE_SECONDS)
+        return known[0], key_id_of(key)
 
-    def admit(self, tenant: str) -> None:
-        """Token bucket per tenant: `requests_per_second`, bursts up to `burst`."""
+    def admit(self, key_id: str) -> None:
+        """Token bucket per key: `requests_per_second`, bursts up to `burst`."""
         now = time.monotonic()
-        bucket = self._buckets.setdefault(tenant, _Bucket(self.limits.burst, now))
+        bucket = self._buckets.setdefault(key_id, _Bucket(self.limits.burst, now))
         bucket.tokens = min(
             self.limits.burst,
             bucket.tokens + (now - bucket.stamp) * self.limits.requests_per_second,
@@ -110,10 +111,10 @@ class Service:
             )
         bucket.tokens -= 1
 
-    def check_streams(self, tenant: str) -> None:
-        """Refuse (429) a new stream while the tenant has `max_streams_per_key` open; checked
+    def check_streams(self, key_id: str) -> None:
+        """Refuse (429) a new stream while the key has `max_streams_per_key` open; checked
         before the response starts, since a stream's status line goes out with its first frame."""
-        if self._streams.get(tenant, 0) >= self.limits.max_streams_per_key:
+        if self._streams.get(key_id, 0) >= self.limits.max_streams_per_key:
             raise Problem(
                 429,
                 "Too many streams",
@@ -121,14 +122,14 @@ class Service:
             )
 
     @asynccontextmanager
-    async def stream_slot(self, tenant: str) -> AsyncIterator[None]:
-        """Count one open stream of the tenant for as long as its generator runs."""
-        self._streams[tenant] = self._streams.get(tenant, 0) + 1
+    async def stream_slot(self, key_id: str) -> AsyncIterator[None]:
+        """Count one open stream of the key for as long as its generator runs."""
+        self._streams[key_id] = self._streams.get(key_id, 0) + 1
         self.metrics.open_streams.inc()
         try:
             yield
         finally:
-            self._streams[tenant] -= 1
+            self._streams[key_id] -= 1
             self.metrics.open_streams.dec()
 
 

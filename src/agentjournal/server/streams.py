@@ -51,12 +51,12 @@ async def _feed_events(
 
 
 def session_stream(
-    service: Service, tenant: str, session_id: str, after: int, follow: bool
+    service: Service, tenant: str, key_id: str, session_id: str, after: int, follow: bool
 ) -> EventSourceResponse:
     journal = service.journal.for_tenant(tenant)
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        async with service.stream_slot(tenant):
+        async with service.stream_slot(key_id):
             yield ServerSentEvent(retry=service.limits.retry_ms)
             async for event in _session_events(journal, session_id, after, follow):
                 yield _frame(event, str(event.seq))
@@ -65,12 +65,12 @@ def session_stream(
 
 
 def feed_stream(
-    service: Service, tenant: str, after: str | None, follow: bool
+    service: Service, tenant: str, key_id: str, after: str | None, follow: bool
 ) -> EventSourceResponse:
     journal = service.journal.for_tenant(tenant)
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        async with service.stream_slot(tenant):
+        async with service.stream_slot(key_id):
             yield ServerSentEvent(retry=service.limits.retry_ms)
             async for event in _feed_events(journal, after, follow):
                 yield _frame(event, event.position)
