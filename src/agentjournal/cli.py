@@ -3,6 +3,7 @@ operations issue)."""
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
@@ -74,6 +75,9 @@ def serve(
         requests_per_second=rate_limit,
         burst=max(1, int(rate_limit * 2)),
     )
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
+    # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.run(create_app(journal, limits=limits), host=host, port=port, log_level="warning")
 
 

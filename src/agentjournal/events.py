@@ -134,11 +134,15 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON, rejecting NaN, Infinity and duplicate keys with `InvalidEvent`."""
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")  # RFC 8259: JSON exchanged between systems is UTF-8
         return json.loads(
             text, parse_constant=_reject_constant, object_pairs_hook=_pairs_without_duplicates
         )
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidEvent("JSON nests too deep (the limit for a payload is 64 levels)") from exc
 
 
 def _check_json_value(value: Any, path: str, depth: int = 0) -> None:
@@ -200,9 +204,10 @@ def _is_count(value: Any) -> bool:
 
 def _require_seq(payload: Mapping[str, Any], key: str, type_: str) -> None:
     value = payload.get(key)
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**63):
         raise InvalidEvent(
-            f"{type_} needs {key!r} as a seq (an integer >= 1), got {_describe(value)}"
+            f"{type_} needs {key!r} as a seq (an integer from 1 to 2**63 - 1),"
+            f" got {_describe(value)}"
         )
 
 

@@ -40,6 +40,7 @@ Durability = Literal["full", "normal"]
 EventLike = NewEvent | Mapping[str, Any]
 
 MAX_PAGE = 10_000
+MAX_INT = 2**63 - 1  # seqs, positions and counts are 64-bit in every database we support
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _STATUSES = {
     None: ("active", "archived"),
@@ -67,10 +68,10 @@ def _check_id(value: Any, what: str) -> str:
     return value
 
 
-def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
+def _check_int(value: Any, what: str, low: int, high: int = MAX_INT) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise InvalidArgument(f"{what} must be an integer >= {low}, got {value!r:.40}")
-    if high is not None and value > high:
+    if value > high:
         raise InvalidArgument(f"{what} must be at most {high}, got {value}")
     return value
 

@@ -43,6 +43,9 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
 def position_number(value: str | None) -> int:
     if value is None or value == "":
         return 0
-    if not (isinstance(value, str) and value.isascii() and value.isdigit()):
-        raise InvalidArgument(f"position {value!r} is not a position of this journal")
-    return int(value)
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20):
+        raise InvalidArgument(f"position {value!r:.40} is not a position of this journal")
+    number = int(value)
+    if number >= 2**63:
+        raise InvalidArgument(f"position {value!r} is past any position of this journal")
+    return number

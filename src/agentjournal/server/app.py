@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.journal import Journal
+from agentjournal.journal import MAX_INT, Journal
 from agentjournal.keys import ApiKeys
 from agentjournal.server.body import BodyGuard
 from agentjournal.server.models import (
@@ -114,7 +114,7 @@ async def list_sessions(
     tenant: Tenant,
     status: Literal["active", "archived", "deleted", "all"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    cursor: Annotated[str | None, Query(max_length=32)] = None,
+    cursor: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
 ) -> SessionPage:
     """Sessions, most recent activity first; follow `next_cursor` for the next page."""
     sessions = await _journal(request, tenant).sessions(status=status, limit=limit, cursor=cursor)
@@ -184,7 +184,7 @@ async def events_page(
     request: Request,
     session_id: str,
     tenant: Tenant,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventPage:
     events = await _journal(request, tenant).events(session_id, after=after, limit=limit)
@@ -202,13 +202,15 @@ async def stream_session(
     request: Request,
     session_id: str,
     tenant: Tenant,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     follow: bool = True,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
 ) -> Response:
     """Every event after `after` (or after Last-Event-ID, which wins), then live ones."""
     if last_event_id is not None:
-        if not last_event_id.isdigit():
+        if not (last_event_id.isascii() and last_event_id.isdigit()) or (
+            int(last_event_id) > MAX_INT
+        ):
             raise Problem(422, "Invalid request", "Last-Event-ID must be a seq (an integer)")
         after = int(last_event_id)
     service = _service(request)
@@ -234,7 +236,7 @@ async def replay(
     session_id: str,
     tenant: Tenant,
     format: Format = "openai",
-    until: Annotated[int | None, Query(ge=1)] = None,
+    until: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
 ) -> ReplayOut:
     """The message list a model accepts, as of `until` if given."""
     out = await _journal(request, tenant).replay(session_id, until=until, format=format)
@@ -246,7 +248,7 @@ async def context(
     request: Request,
     session_id: str,
     tenant: Tenant,
-    max_tokens: Annotated[int, Query(ge=1)],
+    max_tokens: Annotated[int, Query(ge=1, le=MAX_INT)],
     format: Format = "openai",
 ) -> ReplayOut:
     """The longest suffix of the replay that fits `max_tokens`."""
@@ -300,15 +302,15 @@ async def compact(
 async def stream_feed(
     request: Request,
     tenant: Tenant,
-    after: Annotated[str | None, Query(max_length=32, pattern=r"^[0-9]+$")] = None,
+    after: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
     follow: bool = True,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
 ) -> Response:
     """The tenant's events in commit order after a position, then live ones."""
     if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise Problem(422, "Invalid request", "Last-Event-ID must be a position")
         after = last_event_id
+    if after is not None and not (after.isascii() and after.isdigit() and int(after) <= MAX_INT):
+        raise Problem(422, "Invalid request", "after / Last-Event-ID must be a position")
     service = _service(request)
     service.check_streams(request.state.key_id)
     return feed_stream(service, tenant, request.state.key_id, after, follow)
