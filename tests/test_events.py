@@ -382,3 +382,14 @@ def test_any_json_object_round_trips_through_prepare(payload: dict[str, Any]) ->
     assert loads_strict(prepared.payload_json) == payload
     reordered = dict(reversed(list(payload.items())))
     assert prepare("test.any", reordered).payload_json == prepared.payload_json
+
+
+def test_loads_strict_refuses_nesting_past_the_recursion_limit() -> None:
+    with pytest.raises(InvalidEvent, match="nests too deep"):
+        loads_strict("[" * 100_000 + "]" * 100_000)
+
+
+def test_loads_strict_takes_only_utf8_bytes() -> None:
+    assert loads_strict('{"a": "é"}'.encode()) == {"a": "é"}
+    with pytest.raises(InvalidEvent, match="not valid JSON"):
+        loads_strict('{"a": 1}'.encode("utf-16"))
