@@ -73,7 +73,9 @@ def _tenant(request: Request, authorization: Annotated[str | None, Header()] = N
 
 
 Tenant = Annotated[str, Depends(_tenant)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+IdempotencyKey = Annotated[
+    str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+]
 
 
 def _journal(request: Request, tenant: str) -> AsyncJournal:
@@ -93,7 +95,18 @@ def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: Format) -
 router = APIRouter(prefix="/v1", responses=_ERRORS)
 
 
-@router.post("/sessions", status_code=201, response_model=SessionOut, tags=["sessions"])
+def _repeat(model: Any) -> dict[int | str, dict[str, Any]]:
+    """An idempotent repeat answers 200 with the original: document it beside the 201."""
+    return {200: {"model": model, "description": "an idempotent repeat: the original"}}
+
+
+@router.post(
+    "/sessions",
+    status_code=201,
+    response_model=SessionOut,
+    responses=_repeat(SessionOut),
+    tags=["sessions"],
+)
 async def create_session(
     request: Request, body: CreateSession, tenant: Tenant, key: IdempotencyKey = None
 ) -> JSONResponse:
@@ -154,6 +167,7 @@ async def delete_session(
     "/sessions/{session_id}/events",
     status_code=201,
     response_model=EventOut | EventList,
+    responses=_repeat(EventOut | EventList),
     tags=["events"],
 )
 async def append(
@@ -204,7 +218,9 @@ async def stream_session(
     tenant: Tenant,
     after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     follow: bool = True,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", max_length=19, pattern=r"^[0-9]+$")
+    ] = None,
 ) -> Response:
     """Every event after `after` (or after Last-Event-ID, which wins), then live ones."""
     if last_event_id is not None:
@@ -257,7 +273,11 @@ async def context(
 
 
 @router.post(
-    "/sessions/{session_id}/fork", status_code=201, response_model=SessionOut, tags=["sessions"]
+    "/sessions/{session_id}/fork",
+    status_code=201,
+    response_model=SessionOut,
+    responses=_repeat(SessionOut),
+    tags=["sessions"],
 )
 async def fork(
     request: Request,
@@ -273,7 +293,11 @@ async def fork(
 
 
 @router.post(
-    "/sessions/{session_id}/compact", status_code=201, response_model=EventOut, tags=["events"]
+    "/sessions/{session_id}/compact",
+    status_code=201,
+    response_model=EventOut,
+    responses=_repeat(EventOut),
+    tags=["events"],
 )
 async def compact(
     request: Request,
@@ -304,7 +328,9 @@ async def stream_feed(
     tenant: Tenant,
     after: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
     follow: bool = True,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", max_length=19, pattern=r"^[0-9]+$")
+    ] = None,
 ) -> Response:
     """The tenant's events in commit order after a position, then live ones."""
     if last_event_id is not None:
@@ -353,7 +379,12 @@ def create_app(
         await service.journal.sessions(limit=1)
         return Health(status="ok")
 
-    @app.get("/metrics", response_class=Response, tags=["operations"])
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus"}},
+        tags=["operations"],
+    )
     async def metrics() -> Response:
         """Prometheus text format."""
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -35,9 +35,13 @@ class _In(BaseModel):
 
 
 class EventIn(_In):
-    type: str = Field(description="a core type, or a namespaced one like 'myapp.memory_saved'")
+    type: str = Field(
+        description="a core type, or a namespaced one like 'myapp.memory_saved'",
+        max_length=64,
+        pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$",
+    )
     payload: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: str | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class AppendOne(EventIn):

@@ -1,0 +1,360 @@
+"""schemathesis against the app's own OpenAPI spec, in process (ASGI), in keyed mode.
+
+Every operation of the spec is fuzzed in positive and negative mode. Each response must pass
+schemathesis' checks (`CHECKS`: no 5xx, status code documented, content type documented,
+headers and body conform to the documented schema, invalid data rejected) and ours: every error is
+problem+json with its status; an SSE body is whole events; another tenant's session is never
+served. At least `TARGET_REQUESTS` requests are sent (1,000 when `CI` is set).
+
+The data is real: a journal on a temporary file with sessions of the fuzzed tenant (and one of
+another tenant); path parameters mix those ids with generated ones, most requests carry a valid
+key, event types are often valid ones, and a created resource is sometimes requested again (the
+idempotent-repeat path). SSE operations (found from the spec: a 200 of `text/event-stream`) always
+get `follow=false`, which ends the stream after the backlog.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from agentjournal import Journal
+from agentjournal.keys import ApiKeys
+from agentjournal.server import Limits, create_app
+
+CI = bool(os.environ.get("CI"))
+TARGET_REQUESTS = 1000 if CI else 200
+EXAMPLES_PER_RUN = 60 if CI else 20  # per operation and generation mode
+CALL_TIMEOUT = 10.0  # seconds; a follow=false stream of this data ends in milliseconds
+TENANT, OTHER = "fuzz", "other"
+PROBLEM_JSON = "application/problem+json"
+
+# schemathesis' built-in checks that every response must pass.
+CHECK_NAMES = (
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_headers_conformance",
+    "response_schema_conformance",
+    "negative_data_rejection",
+)
+CHECKS = [getattr(schemathesis.checks, name) for name in CHECK_NAMES]
+
+# Strings that a boolean query parameter reads as true (pydantic's lax booleans).
+TRUTHY = {"1", "on", "t", "true", "y", "yes"}
+EVENT_TYPES = ("user_message", "assistant_message", "myapp.fuzz_note")
+# What a PATCH whose generated body changes nothing ({} or all null) changes instead.
+CHANGES = ({"title": "renamed"}, {"status": "archived"}, {"metadata": {"k": 1}}, None)
+
+SEED_EVENTS: list[dict[str, Any]] = [
+    {"type": "user_message", "payload": {"content": "hello"}, "idempotency_key": "u-1"},
+    {"type": "tool_call", "payload": {"call_id": "c1", "name": "lookup", "arguments": "{}"}},
+    {"type": "tool_result", "payload": {"call_id": "c1", "content": "42"}},
+    {"type": "assistant_message", "payload": {"content": "It is 42.", "usage": {}}},
+    {"type": "myapp.memory_saved", "payload": {"note": "ünïcode ✓", "n": [1, 2.5, None]}},
+]
+
+
+@dataclass
+class Fuzz:
+    schema: Any
+    key: str
+    spec: dict[str, Any]
+    sessions: list[str]  # the fuzzed tenant's
+    foreign: str  # a session of another tenant
+    requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    statuses: collections.defaultdict[str, collections.Counter[int]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
+
+
+@pytest.fixture(scope="module")
+def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
+    db = tmp_path_factory.mktemp("fuzz") / "journal.db"
+    with Journal.open(db, tenant=TENANT) as seed:
+        sessions = []
+        for index in range(8):
+            session = seed.create_session(f"seeded {index}", system_prompt="be brief")
+            seed.append_many(session.session_id, SEED_EVENTS)
+            sessions.append(session.session_id)
+        seed.compact(sessions[1], until_seq=4, summary="a greeting and a lookup")
+        sessions.append(seed.fork(sessions[0], at_seq=2).session_id)
+        seed.delete_session(sessions[2])
+        foreign = seed.for_tenant(OTHER).create_session("not yours").session_id
+        key = ApiKeys(seed.storage).create(TENANT, "fuzz")[1]
+        ApiKeys(seed.storage).create(OTHER, "other")
+    journal = Journal.open(db)
+    app = create_app(journal, limits=Limits(requests_per_second=1e6, burst=10**6))
+    try:
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        # Read a whole follow=false stream (the default stops after 20 events).
+        schema.config.max_stream_events = 1_000_000
+        check_seeded(schema, key, sessions, foreign)
+        yield Fuzz(schema, key, app.openapi(), sessions, foreign)
+    finally:
+        from schemathesis.python import asgi
+
+        shutdown = getattr(asgi, "shutdown_lifespans", None)  # closes the app's journal
+        if shutdown is not None:
+            shutdown()
+        journal.close()
+
+
+def check_seeded(schema: Any, key: str, sessions: list[str], foreign: str) -> None:
+    """The seeded sessions are served to the fuzzed key and the foreign one is not, so fuzzing
+    with those ids reaches real data and the tenant check means something."""
+    from schemathesis.python import asgi
+
+    auth = {"Authorization": f"Bearer {key}"}
+    with asgi.get_client(schema.app) as client:
+        statuses = [client.get(f"/v1/sessions/{s}", headers=auth).status_code for s in sessions]
+        foreign_status = client.get(f"/v1/sessions/{foreign}", headers=auth).status_code
+        anonymous = client.get("/v1/sessions").status_code
+    if statuses != [200] * len(sessions) or foreign_status != 404 or anonymous != 401:
+        raise RuntimeError(f"fuzz data not as seeded: {statuses} {foreign_status} {anonymous}")
+
+
+def query_names(operation: Any) -> set[str]:
+    parameters = operation.definition.raw.get("parameters", [])
+    return {p["name"] for p in parameters if p.get("in") == "query"}
+
+
+def is_sse(operation: Any) -> bool:
+    ok = operation.definition.raw.get("responses", {}).get("200", {})
+    return "text/event-stream" in ok.get("content", {})
+
+
+def may_follow(value: Any) -> bool:
+    """Whether a generated `follow` value could read as true (then the stream would not end)."""
+    values = value if isinstance(value, list) else [value]
+    return any(v is True or str(v).strip().lower() in TRUTHY for v in values)
+
+
+def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> None:
+    """Point the generated case at real data; `choice` holds Hypothesis' draws for this case."""
+    operation = case.operation
+    if is_sse(operation):
+        query = dict(case.query or {})
+        if "follow" not in query or may_follow(query["follow"]):
+            query["follow"] = "false"
+        case.query = query
+    if choice["auth"] == "valid":
+        headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
+        case.headers = {**headers, "Authorization": f"Bearer {fuzz.key}"}
+    elif choice["auth"] == "none" and case.headers:
+        case.headers = {k: v for k, v in case.headers.items() if k.lower() != "authorization"}
+    if case.path_parameters and "session_id" in case.path_parameters and choice["session"]:
+        case.path_parameters = {**case.path_parameters, "session_id": choice["session"]}
+    if (
+        operation.method.upper() == "PATCH"
+        and isinstance(case.body, dict)
+        and all(value is None for value in case.body.values())
+        and choice["change"] is not None
+    ):
+        case.body = {**case.body, **choice["change"]}
+    if isinstance(case.body, dict) and choice["seq"] is not None:
+        seqs = {name: choice["seq"] for name in ("at_seq", "until_seq") if name in case.body}
+        if seqs:
+            case.body = {**case.body, **seqs}
+    if (
+        operation.method.upper() == "POST"
+        and operation.path.endswith("/events")
+        and choice["event_type"]
+        and isinstance(case.body, dict)
+    ):
+        events = case.body.get("events") if "events" in case.body else [case.body]
+        if isinstance(events, list):
+            for index, event in enumerate(events):
+                if isinstance(event, dict) and isinstance(event.get("payload", {}), dict):
+                    event["type"] = choice["event_type"]
+                    if choice["event_type"] != "myapp.fuzz_note":
+                        event["payload"] = {"content": str(event.get("payload", ""))[:200]}
+                    if choice["key"] is not None:
+                        event["idempotency_key"] = f"{choice['key']}-{index}"
+            case.body = dict(case.body)
+
+
+def check_problem(response: Any) -> None:
+    """DESIGN: every 4xx/5xx is application/problem+json with a readable detail."""
+    if response.status_code < 400:
+        return
+    content_type = response.headers.get("content-type", [""])[0]
+    assert content_type.startswith(PROBLEM_JSON), f"{response.status_code} as {content_type!r}"
+    body = json.loads(response.content)
+    assert body.get("status") == response.status_code, body
+    assert isinstance(body.get("title"), str), body
+    assert isinstance(body.get("type"), str), body
+    assert isinstance(body.get("detail"), str), body
+    assert body["detail"], body
+
+
+def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> None:
+    """An SSE body (follow=false): whole events, `id:` = seq or position, `event:` = type."""
+    content_type = response.headers.get("content-type", [""])[0]
+    if response.status_code != 200 or not content_type.startswith("text/event-stream"):
+        return
+    assert not getattr(response, "stream_cut_short", False), "follow=false did not end the stream"
+    text = response.content.decode("utf-8")
+    by_session = "{session_id}" in case.operation.path
+    ids: list[str] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            if name in ("id", "event", "data"):
+                fields[name] = value[1:] if value.startswith(" ") else value
+        if "data" not in fields:
+            continue
+        event = json.loads(fields["data"])
+        assert set(event) == set(event_schema["required"]), sorted(event)
+        assert fields.get("event") == event["type"], (fields, event)
+        assert fields.get("id") == str(event["seq"] if by_session else event["position"])
+        ids.append(fields["id"])
+        if by_session:
+            assert event["session_id"] == case.path_parameters["session_id"], event
+    assert len(set(ids)) == len(ids), f"an event sent twice: {ids}"
+    if by_session:  # seqs ascend; a feed position is opaque, so only its uniqueness is checked
+        assert [int(i) for i in ids] == sorted(int(i) for i in ids), ids
+
+
+def check_tenant(response: Any, case: Any, fuzz: Fuzz) -> None:
+    if (case.path_parameters or {}).get("session_id") == fuzz.foreign:
+        assert not 200 <= response.status_code < 300, "another tenant's session was served"
+
+
+def fuzz_operation(operation: Any, mode: GenerationMode, fuzz: Fuzz) -> None:
+    # Hypothesis favours the first element of sampled_from: real data first, generated last.
+    session_ids = [*fuzz.sessions, fuzz.foreign, "sess_0000000000000000", None]
+    choices = st.fixed_dictionaries(
+        {
+            "auth": st.sampled_from(["valid"] * 8 + ["generated", "none"]),
+            "session": st.sampled_from(session_ids),  # None: the generated id
+            "event_type": st.sampled_from([*EVENT_TYPES, None]),
+            "seq": st.sampled_from([2, 4, 6, 1, None]),  # valid at_seq / until_seq of the seeds
+            "change": st.sampled_from(CHANGES),
+            "key": st.sampled_from(["k1", "k2", None]),  # an append's idempotency_key
+            "repeat": st.booleans(),
+        }
+    )
+    event_schema = fuzz.spec["components"]["schemas"]["EventOut"]
+
+    @given(case=operation.as_strategy(generation_mode=mode), choice=choices)
+    @settings(
+        max_examples=EXAMPLES_PER_RUN,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure costs no extra time
+        report_multiple_bugs=False,
+    )
+    def run(case: Any, choice: dict[str, Any]) -> None:
+        prepare(case, fuzz, choice)
+        keyed = "idempotency-key" in {name.lower() for name in case.headers or {}} or (
+            "idempotency_key" in json.dumps(case.body, default=str)
+        )
+        sends = 2 if choice["repeat"] or keyed else 1
+        for _ in range(sends):
+            response = case.call(timeout=CALL_TIMEOUT)
+            fuzz.requests[operation.label] += 1
+            fuzz.statuses[operation.label][response.status_code] += 1
+            case.validate_response(response, checks=CHECKS)
+            check_problem(response)
+            check_sse(response, case, event_schema)
+            check_tenant(response, case, fuzz)
+            if response.status_code != 201:
+                break  # only a creation is worth repeating (201 again, or 200 for the same key)
+
+    run()
+
+
+def test_the_api_conforms_to_its_own_spec_under_fuzzing(fuzz: Fuzz) -> None:
+    operations = [result.ok() for result in fuzz.schema.get_all_operations()]
+    labels = {operation.label for operation in operations}
+    assert "POST /v1/sessions/{session_id}/events" in labels, labels
+    streams = [operation for operation in operations if is_sse(operation)]
+    assert streams, "no SSE operation found in the spec"
+    for operation in streams:
+        assert "follow" in query_names(operation), (
+            f"{operation.label}: an SSE route without ?follow="
+        )
+
+    # Deleting and patching go last, so the other operations meet the seeded sessions intact.
+    operations.sort(key=lambda operation: operation.method.upper() in ("DELETE", "PATCH"))
+    failures: list[str] = []
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                fuzz_operation(operation, mode, fuzz)
+            except Unsatisfiable:
+                # Nothing in this operation can be made invalid (e.g. no parameters at all).
+                if mode is GenerationMode.POSITIVE:
+                    failures.append(f"{operation.label}: no valid request could be generated")
+            except (Exception, BaseExceptionGroup) as error:  # reported below
+                failures.append(f"{operation.label} [{mode.value}]:\n{error}")
+
+    total = sum(fuzz.requests.values())
+    table = "\n".join(
+        f"  {n:5d}  {label}  {dict(sorted(fuzz.statuses[label].items()))}"
+        for label, n in sorted(fuzz.requests.items())
+    )
+    print(f"schemathesis: {total} requests\n{table}")
+    assert not failures, "\n\n".join(failures) + f"\n\nrequests:\n{table}"
+    assert total >= TARGET_REQUESTS, f"only {total} requests were sent:\n{table}"
+    # The fuzzing reached real behaviour, not only 401/404/422, on every operation.
+    unserved = [label for label in labels if not any(200 <= s < 300 for s in fuzz.statuses[label])]
+    assert not unserved, f"operations that never answered 2xx: {unserved}\n{table}"
+
+
+def _resolve(schema: Any, spec: dict[str, Any]) -> Any:
+    if isinstance(schema, dict) and "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return spec["components"]["schemas"][name]
+    return schema
+
+
+def _objects(schema: Any, spec: dict[str, Any], seen: set[int]) -> Iterator[dict[str, Any]]:
+    """Every object schema reachable from `schema` (through $ref, anyOf, items, properties)."""
+    schema = _resolve(schema, spec)
+    if not isinstance(schema, dict) or id(schema) in seen:
+        return
+    seen.add(id(schema))
+    if "properties" in schema:
+        yield schema
+    for key in ("anyOf", "oneOf", "allOf"):
+        for branch in schema.get(key, []):
+            yield from _objects(branch, spec, seen)
+    yield from _objects(schema.get("items"), spec, seen)
+    for value in schema.get("properties", {}).values():
+        yield from _objects(value, spec, seen)
+
+
+def test_the_spec_marks_every_field_of_a_2xx_body_required(fuzz: Fuzz) -> None:
+    """DESIGN: the OpenAPI spec marks required fields on every 2xx response (our bodies always
+    carry every field, null when empty, so every documented property is required)."""
+    missing: list[str] = []
+    checked = 0
+    for path, item in fuzz.spec["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation.get("responses", {}).items():
+                if not status.startswith("2"):
+                    continue
+                body = response.get("content", {}).get("application/json", {}).get("schema")
+                for obj in _objects(body, fuzz.spec, set()):
+                    checked += 1
+                    unmarked = set(obj["properties"]) - set(obj.get("required", []))
+                    if unmarked:
+                        title = obj.get("title", "?")
+                        missing.append(f"{method.upper()} {path} {status} {title}: {unmarked}")
+    assert checked >= 10, checked
+    assert not missing, "\n".join(missing)
