@@ -54,7 +54,7 @@ MESSAGES_TARGET = 2.0  # messages(last=20) at the largest session / at 10 events
 REPLAY_TARGET = 1.5  # replay() of 4,000 events / raw SELECT + json.loads
 REPLAY_TARGET_SIZE = 4_000
 
-# The tables an append touches in agentjournal's schema (backends/sqlite_migrations/0001_journal.sql),
+# The tables an append touches in agentjournal's schema (sqlite_migrations/0001_journal.sql),
 # with the same columns, constraints and indexes, and no triggers: the baseline writes its
 # projection rows itself, as a plain application would. A copy kept by hand, so that trigger work
 # in src/ changes agentjournal's figures and never the baseline's; keep its indexes equal to ours
