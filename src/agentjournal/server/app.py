@@ -64,7 +64,9 @@ def _service(request: Request) -> Service:
     return service
 
 
-def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+async def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    # async: a sync dependency costs a thread-pool round trip per request, and the key check is
+    # a dict hit (a database read once per key every few seconds).
     service = _service(request)
     tenant, key_id = service.caller(authorization)
     service.admit(key_id)
@@ -230,9 +232,10 @@ async def stream_session(
             raise Problem(422, "Invalid request", "Last-Event-ID must be a seq (an integer)")
         after = int(last_event_id)
     service = _service(request)
-    await _journal(request, tenant).get_session(session_id)  # 404 before the stream starts
+    session = await _journal(request, tenant).get_session(session_id)  # 404 before streaming
     service.check_streams(request.state.key_id)
-    return session_stream(service, tenant, request.state.key_id, session_id, after, follow)
+    key_id = request.state.key_id
+    return session_stream(service, tenant, key_id, session_id, after, follow, session.last_seq)
 
 
 @router.get("/sessions/{session_id}/messages", tags=["read"])

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.keys import ApiKeys, key_id_of
+from agentjournal.server.fanout import Fanout
 from agentjournal.server.problems import Problem
 
 __all__ = ["Limits", "Metrics", "Service"]
@@ -67,6 +68,7 @@ class Service:
     limits: Limits
     open: bool
     metrics: Metrics = field(default_factory=Metrics)
+    fanout: Fanout = field(default_factory=Fanout)
     _known: dict[str, tuple[str, float]] = field(default_factory=dict)
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _streams: dict[str, int] = field(default_factory=dict)
