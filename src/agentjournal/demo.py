@@ -68,7 +68,8 @@ def _payload_text(payload: dict[str, Any]) -> str:
 def events_table(journal: Journal, session_id: str, *, after: int = 0) -> Table:
     table = Table(title=f"events of {session_id} after seq {after}", title_justify="left")
     for column in ("seq", "event_id", "session", "type", "payload"):
-        table.add_column(column, no_wrap=column != "payload")
+        # JSON has no spaces to wrap at: fold it rather than cut it on narrow terminals.
+        table.add_column(column, no_wrap=column != "payload", overflow="fold")
     for event in journal.events(session_id, after=after, limit=1000):
         table.add_row(
             str(event.seq),
