@@ -12,7 +12,7 @@ from typing import Protocol
 from agentjournal.errors import Conflict, InvalidEvent, SessionClosed, UnknownToolCall
 from agentjournal.events import MESSAGE_ROLES, Event, PreparedEvent, canonical_json
 
-__all__ = ["HistoryView", "SessionRules", "SessionState", "check_appendable", "resolve_retry"]
+__all__ = ["HistoryView", "SessionRules", "SessionState", "resolve_retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +72,6 @@ def resolve_retry(batch: Sequence[PreparedEvent], found: dict[str, Event]) -> li
             " a retry must repeat the earlier batch as it was"
         )
     return originals
-
-
-def check_appendable(
-    state: SessionState, batch: Sequence[PreparedEvent], view: HistoryView
-) -> None:
-    """Raise if `batch` may not follow the session's history."""
-    SessionRules(state, view).append(batch)
 
 
 class SessionRules:
