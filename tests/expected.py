@@ -29,6 +29,17 @@ def t(call_id: str, content: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
+# The seed's order conversation as replay() gives it, after any system message.
+SEED_MESSAGES = [
+    u("你好"),
+    a("你好！我是订单客服助手，可以帮你查询订单数量。"),
+    u("帮我查一下订单数量"),
+    a(None, ("call_1", "query_order_count", "{}")),
+    t("call_1", "42"),
+    a("你当前有 42 个订单。"),
+]
+
+
 def all_events(journal: Journal) -> list[Event]:
     """Every event of the journal's tenant, page by page, in commit order."""
     events: list[Event] = []

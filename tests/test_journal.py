@@ -32,7 +32,7 @@ from agentjournal import (
 )
 from agentjournal.events import RESERVED_TYPES
 from agentjournal.replay import estimate_tokens
-from expected import a, t, u
+from expected import SEED_MESSAGES, a, t, u
 
 PROMPT = "你是订单客服助手。"
 USAGE = {"prompt_tokens": 120, "completion_tokens": 12}
@@ -56,15 +56,7 @@ def sys_(text: str) -> dict[str, Any]:
     return {"role": "system", "content": text}
 
 
-SEED_REPLAY = [
-    sys_(PROMPT),
-    u("你好"),
-    a("你好！我是订单客服助手，可以帮你查询订单数量。"),
-    u("帮我查一下订单数量"),
-    a(None, ("call_1", "query_order_count", "{}")),
-    t("call_1", "42"),
-    a("你当前有 42 个订单。"),
-]
+SEED_REPLAY = [sys_(PROMPT), *SEED_MESSAGES]
 
 
 def seed(journal: Journal, title: str = "订单客服") -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agentjournal.errors import ContextTooLarge
 from agentjournal.events import Event
 from agentjournal.replay import ContextFit, estimate_tokens, fit_context, replay
-from expected import a, t, u
+from expected import SEED_MESSAGES, a, t, u
 
 PROMPT = "你是订单客服助手。"
 SYSTEM = {"role": "system", "content": PROMPT}
@@ -64,15 +64,7 @@ def seed() -> list[Event]:
     ]
 
 
-SEED_OPENAI = [
-    SYSTEM,
-    u("你好"),
-    a("你好！我是订单客服助手，可以帮你查询订单数量。"),
-    u("帮我查一下订单数量"),
-    a(None, ("call_1", "query_order_count", "{}")),
-    t("call_1", "42"),
-    a("你当前有 42 个订单。"),
-]
+SEED_OPENAI = [SYSTEM, *SEED_MESSAGES]
 
 QUERY = ("call_1", "query_order_count", "{}")
 
