@@ -56,7 +56,7 @@ from rich.table import Table
 
 from agentjournal import Journal
 from agentjournal.keys import ApiKeys
-from journal_bench import source_fingerprint, user_message
+from journal_bench import figure, source_fingerprint, user_message
 
 CLIENTS = 32
 DELAY_TARGET = 0.020  # s, median ack → stream delay on loopback (the issue)
@@ -529,7 +529,7 @@ async def delay(plan: Plan, workdir: Path) -> list[dict[str, Any]]:
         f" delay = arrival on the stream − arrival of the 201 (negative: the stream was first,"
         f" {early} of {len(timed)}); the 201 leaves after the commit wakes the stream, so the"
         f" two race. From sending the append to arrival on the stream (commit included): p99"
-        f" {_figure(percentile(end_to_end, 99), 's')}."
+        f" {figure(percentile(end_to_end, 99), 's')}."
     )
     return [
         row(
@@ -646,8 +646,8 @@ async def fanout(plan: Plan, workdir: Path, count: int) -> tuple[list[dict[str, 
         f" {_mb(holding_rss)},{per_stream} peak {_mb(rss)}. Holding them with no events, the"
         f" server used {idle_cpu:.0%} of a core. During the appends: server"
         f" {server_cpu / wall:.0%} of a core, clients (this process) {client_cpu / wall:.0%};"
-        f" the clients' event loop woke late by {_figure(percentile(lag, 50), 's')} (p50) /"
-        f" {_figure(percentile(lag, 99), 's')} (p99) — arrival times include that lateness."
+        f" the clients' event loop woke late by {figure(percentile(lag, 50), 's')} (p50) /"
+        f" {figure(percentile(lag, 99), 's')} (p99) — arrival times include that lateness."
         f" {early:.0%} of the deliveries arrived before the appender had its 201: the response"
         " waits behind the frames in the server's one event loop, which is why the delay from"
         " sending the append is shown too."
@@ -699,7 +699,7 @@ async def _released(http: httpx.AsyncClient, timeout: float = 30.0) -> str:
     start = time.perf_counter()
     while time.perf_counter() - start < timeout:
         if await open_streams(http) == 0:
-            return _figure(time.perf_counter() - start, "s")
+            return figure(time.perf_counter() - start, "s")
         await asyncio.sleep(0.05)
     return f"NOT within {timeout:.0f} s ({await open_streams(http):.0f} still open)"
 
@@ -734,21 +734,6 @@ def _mb(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f} MB"
 
 
-def _figure(value: Any, unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit == "text":
-        return str(value)
-    if unit == "MB":
-        return _mb(value)
-    if unit == "s":
-        sign, value = ("−", -value) if value < 0 else ("", value)
-        if value < 1e-3:
-            return f"{sign}{value * 1e6:,.0f} µs"
-        return sign + (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s")
-    return f"{value:,.0f} {unit}"
-
-
 def _versus(one: dict[str, Any]) -> str:
     if one["base"] is None:
         return "—"
@@ -769,8 +754,8 @@ def render(rows: Sequence[dict[str, Any]], console: Console) -> None:
     for one in rows:
         table.add_row(
             one["bench"],
-            _figure(one["ours"], one["unit"]),
-            _figure(one["base"], one["unit"]),
+            figure(one["ours"], one["unit"]),
+            figure(one["base"], one["unit"]),
             _versus(one),
             one["target"],
             {True: "yes", False: "NO", None: "—"}[one["met"]],

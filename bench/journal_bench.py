@@ -396,8 +396,8 @@ class Scenario:
             q1, median, q3 = statistics.quantiles(fsyncs)
             disk = (
                 f"disk during the {d} writes: fdatasync of a 4 KiB overwrite took"
-                f" {_figure(median, 's')} (median; quartiles {_figure(q1, 's')} –"
-                f" {_figure(q3, 's')}); every write figure at `full` moves with it."
+                f" {figure(median, 's')} (median; quartiles {figure(q1, 's')} –"
+                f" {figure(q3, 's')}); every write figure at `full` moves with it."
             )
         many: dict[str, Any] = {"target": "— (× one writer)"}
         if d == "full":
@@ -681,13 +681,18 @@ def run_scenario(name: str, durability: str, plan: Plan, seed: int, base: str | 
 # -- the table -------------------------------------------------------------------------------
 
 
-def _figure(value: float | None, unit: str) -> str:
+def figure(value: Any, unit: str) -> str:
+    """A measured value for the table: seconds in µs/ms/s, "text" as is, anything else with
+    its unit (both benchmarks print with this)."""
     if value is None:
         return "—"
+    if unit == "text":
+        return str(value)
     if unit == "s":
+        sign, value = ("−", -value) if value < 0 else ("", value)
         if value < 1e-3:
-            return f"{value * 1e6:,.0f} µs"
-        return f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s"
+            return f"{sign}{value * 1e6:,.0f} µs"
+        return sign + (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s")
     return f"{value:,.0f} {unit}"
 
 
@@ -710,8 +715,8 @@ def render(rows: Sequence[dict[str, Any]], console: Console) -> None:
         met = {True: "yes", False: "NO", None: "—"}[one["met"]]
         table.add_row(
             one["bench"],
-            _figure(one["ours"], one["unit"]),
-            _figure(one["raw"], one["unit"]),
+            figure(one["ours"], one["unit"]),
+            figure(one["raw"], one["unit"]),
             _versus(one),
             one["target"],
             "—" if one["ratio"] is None else f"{one['ratio']:.2f}",
