@@ -68,9 +68,11 @@ CREATE TABLE sessions (
     last_event_id INTEGER NOT NULL DEFAULT 0, event_count INTEGER NOT NULL DEFAULT 0,
     prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0,
     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, idempotency_key TEXT,
+    turn_open INTEGER NOT NULL DEFAULT 0,
     UNIQUE (tenant, idempotency_key)
 );
 CREATE INDEX sessions_by_activity ON sessions (tenant, last_event_id DESC);
+CREATE INDEX sessions_turn_open ON sessions (tenant) WHERE turn_open = 1;
 CREATE TABLE events (
     event_id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL,
     session_id TEXT NOT NULL REFERENCES sessions (session_id),
@@ -239,10 +241,13 @@ class RawJournal:
         now = time.time_ns() // 1_000_000
         seq = self.last_seq[session_id]
         prompt = completion = 0
+        turn_open = None
         execute("BEGIN IMMEDIATE")
         try:
             for type_, payload in specs:
                 seq += 1
+                if type_ in ("user_message", "tool_call", "tool_result", "assistant_message"):
+                    turn_open = type_ != "assistant_message"
                 event_id = execute(
                     "INSERT INTO events (tenant, session_id, seq, type, payload, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -279,8 +284,9 @@ class RawJournal:
             execute(
                 "UPDATE sessions SET last_seq = ?, last_event_id = ?,"
                 " event_count = event_count + ?, updated_at = ?, prompt_tokens = prompt_tokens + ?,"
-                " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-                (seq, event_id, len(specs), now, prompt, completion, session_id),
+                " completion_tokens = completion_tokens + ?, turn_open = coalesce(?, turn_open)"
+                " WHERE session_id = ?",
+                (seq, event_id, len(specs), now, prompt, completion, turn_open, session_id),
             )
             execute("COMMIT")
         except BaseException:

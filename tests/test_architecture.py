@@ -42,9 +42,10 @@ ALLOWED: dict[str, set[str]] = {
     },
     "appends": {"backends", "errors", "events", "rules"},
     "keys": {"backends", "errors"},
+    "tasks": {"errors", "projection"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
-PURE = {"errors", "events", "replay", "projection", "rules", "verify", "appends"}
+PURE = {"errors", "events", "replay", "projection", "rules", "verify", "appends", "tasks"}
 IMPURE_STDLIB = {"sqlite3", "threading", "asyncio", "os", "subprocess", "socket", "pathlib"}
 
 

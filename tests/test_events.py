@@ -47,17 +47,33 @@ VALID: dict[str, list[dict[str, Any]]] = {
         {"call_id": "call_1", "content": "x", "is_error": False},
     ],
     "context_compacted": [{"summary": "the user asked for orders", "until_seq": 5}],
-    **{
-        t: [{"task_id": "task_1"}, {"task_id": "t", "progress": 0.5, "input": {"a": [1]}}]
-        for t in (
-            "task_created",
-            "task_started",
-            "task_progress",
-            "task_completed",
-            "task_failed",
-            "task_cancelled",
-        )
-    },
+    "task_created": [
+        {"task_id": "task_1", "type": "report", "input": {"a": [1]}, "max_retries": 3},
+        {"task_id": "t", "type": "x", "input": None, "max_retries": 0, "parent_task_id": "p"},
+    ],
+    "task_started": [
+        {
+            "task_id": "t",
+            "attempt": 1,
+            "worker": "w@host",
+            "lease_seconds": 30,
+            "lease_expires_at": 1700000000000,
+        },
+        {"task_id": "t", "attempt": 2, "worker": "w", "lease_seconds": 0.5, "lease_expires_at": 0},
+    ],
+    "task_progress": [
+        {"task_id": "t", "attempt": 1, "progress": 0.5, "lease_expires_at": 1},
+        {"task_id": "t", "attempt": 1, "progress": 1, "message": "done", "lease_expires_at": 1},
+    ],
+    "task_completed": [
+        {"task_id": "t", "attempt": 1, "output": {"rows": 3}},
+        {"task_id": "t", "attempt": 1, "output": None},
+    ],
+    "task_failed": [
+        {"task_id": "t", "attempt": 1, "error": "boom", "retry": True, "retry_count": 1},
+        {"task_id": "t", "attempt": 4, "error": "", "retry": False, "retry_count": 3},
+    ],
+    "task_cancelled": [{"task_id": "t"}, {"task_id": "t", "reason": "session deleted"}],
 }
 
 
@@ -136,6 +152,22 @@ INVALID = [
     ("session_forked", {"from_session_id": "s", "at_seq": 0}, "at_seq"),
     ("task_created", {}, "task_id"),
     ("task_progress", {"task_id": 3}, "task_id"),
+    ("task_created", {"task_id": "t", "input": 1, "max_retries": 3}, "type"),
+    ("task_created", {"task_id": "t", "type": "x", "max_retries": 3}, "input"),
+    ("task_created", {"task_id": "t", "type": "x", "input": 1, "max_retries": -1}, "max_retries"),
+    ("task_created", {"task_id": "t", "type": "x", "input": 1, "max_retries": 101}, "max_retries"),
+    ("task_started", {"task_id": "t", "attempt": 0, "worker": "w"}, "attempt"),
+    ("task_started", {"task_id": "t", "attempt": 1, "lease_expires_at": 1}, "worker"),
+    (
+        "task_started",
+        {"task_id": "t", "attempt": 1, "worker": "w", "lease_expires_at": 1, "lease_seconds": 0},
+        "lease_seconds",
+    ),
+    ("task_progress", {"task_id": "t", "attempt": 1, "progress": 1.5}, "progress"),
+    ("task_progress", {"task_id": "t", "attempt": 1, "progress": True}, "progress"),
+    ("task_completed", {"task_id": "t", "attempt": 1}, "output"),
+    ("task_failed", {"task_id": "t", "attempt": 1, "error": "e", "retry_count": 0}, "retry"),
+    ("task_cancelled", {"task_id": "t", "reason": 5}, "reason"),
 ]
 
 

@@ -33,6 +33,7 @@ from agentjournal import (
 from agentjournal.events import RESERVED_TYPES
 from agentjournal.replay import estimate_tokens
 from expected import SEED_MESSAGES, a, t, u
+from test_events import VALID
 
 PROMPT = "你是订单客服助手。"
 USAGE = {"prompt_tokens": 120, "completion_tokens": 12}
@@ -270,7 +271,7 @@ RESERVED_PAYLOADS = {
 @pytest.mark.parametrize("type_", sorted(RESERVED_TYPES))
 def test_session_and_task_events_cannot_be_appended(journal: Journal, type_: str) -> None:
     sid = seed(journal)
-    payload = RESERVED_PAYLOADS.get(type_, {"task_id": "task_1"})
+    payload = RESERVED_PAYLOADS.get(type_) or VALID[type_][0]
     rejected(journal, InvalidEvent, lambda: journal.append(sid, type_, payload), match=type_)
     rejected(journal, InvalidEvent, lambda: journal.append_many(sid, [NewEvent(type_, payload)]))
 

@@ -11,15 +11,18 @@ from agentjournal.errors import (
     InvalidArgument,
     InvalidEvent,
     JournalError,
+    ModelError,
     PayloadTooLarge,
     SessionClosed,
     SessionNotFound,
     StorageError,
+    TaskNotFound,
     UnknownToolCall,
 )
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import Journal
-from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.tasks import Recovery
 from agentjournal.verify import Difference, VerifyReport
 
 __all__ = [
@@ -33,12 +36,16 @@ __all__ = [
     "Journal",
     "JournalError",
     "Message",
+    "ModelError",
     "NewEvent",
     "PayloadTooLarge",
+    "Recovery",
     "Session",
     "SessionClosed",
     "SessionNotFound",
     "StorageError",
+    "Task",
+    "TaskNotFound",
     "ToolCall",
     "UnknownToolCall",
     "VerifyReport",

@@ -17,8 +17,9 @@ from typing import Any, ParamSpec, Self, TypeVar
 
 from agentjournal.events import DEFAULT_MAX_PAYLOAD_BYTES, Event
 from agentjournal.journal import Durability, EventLike, Journal
-from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import Format, Tokenizer
+from agentjournal.tasks import DEFAULT_LEASE_SECONDS, Recovery
 from agentjournal.verify import VerifyReport
 
 __all__ = ["AsyncJournal"]
@@ -257,6 +258,100 @@ class AsyncJournal:
 
     async def verify(self, *, rebuild: bool = False) -> VerifyReport:
         return await self._run(self.journal.verify, rebuild=rebuild)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        session_id: str,
+        type: str,
+        input: Any = None,
+        *,
+        parent_task_id: str | None = None,
+        max_retries: int = 3,
+        idempotency_key: str | None = None,
+    ) -> Task:
+        return await self._run(
+            self.journal.create_task,
+            session_id,
+            type,
+            input,
+            parent_task_id=parent_task_id,
+            max_retries=max_retries,
+            idempotency_key=idempotency_key,
+        )
+
+    async def create_task_ex(
+        self,
+        session_id: str,
+        type: str,
+        input: Any = None,
+        *,
+        parent_task_id: str | None = None,
+        max_retries: int = 3,
+        idempotency_key: str | None = None,
+    ) -> tuple[Task, bool]:
+        return await self._run(
+            self.journal.create_task_ex,
+            session_id,
+            type,
+            input,
+            parent_task_id=parent_task_id,
+            max_retries=max_retries,
+            idempotency_key=idempotency_key,
+        )
+
+    async def get_task(self, task_id: str) -> Task:
+        return await self._run(self.journal.get_task, task_id)
+
+    async def tasks(
+        self,
+        *,
+        status: str | None = None,
+        type: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Task]:
+        return await self._run(
+            self.journal.tasks,
+            status=status,
+            type=type,
+            session_id=session_id,
+            limit=limit,
+            after=after,
+        )
+
+    async def claim_task(
+        self,
+        worker: str,
+        types: Sequence[str] | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> Task | None:
+        return await self._run(self.journal.claim_task, worker, types, lease_seconds)
+
+    async def task_progress(
+        self, task_id: str, progress: float, *, attempt: int, message: str | None = None
+    ) -> Task:
+        return await self._run(
+            self.journal.task_progress, task_id, progress, attempt=attempt, message=message
+        )
+
+    async def complete_task(self, task_id: str, *, attempt: int, output: Any = None) -> Task:
+        return await self._run(self.journal.complete_task, task_id, attempt=attempt, output=output)
+
+    async def fail_task(
+        self, task_id: str, *, attempt: int, error: str, retryable: bool = True
+    ) -> Task:
+        return await self._run(
+            self.journal.fail_task, task_id, attempt=attempt, error=error, retryable=retryable
+        )
+
+    async def cancel_task(self, task_id: str, *, reason: str | None = None) -> Task:
+        return await self._run(self.journal.cancel_task, task_id, reason=reason)
+
+    async def recover(self, *, all_tenants: bool = False) -> Recovery:
+        return await self._run(self.journal.recover, all_tenants=all_tenants)
 
     async def subscribe(
         self, session_id: str, *, after: int = 0, poll_interval: float = 0.2

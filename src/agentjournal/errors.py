@@ -2,6 +2,7 @@
 
     JournalError
     ├── SessionNotFound      (LookupError)  no such session for this tenant         HTTP 404
+    ├── TaskNotFound         (LookupError)  no such task for this tenant            HTTP 404
     ├── InvalidArgument      (ValueError)   a bad argument: limit, cursor, id, url  HTTP 422
     │   └── InvalidEvent                    wrong event type or payload shape       HTTP 422
     ├── PayloadTooLarge      (ValueError)   payload over the configured limit       HTTP 413
@@ -9,6 +10,7 @@
     ├── UnknownToolCall      (LookupError)  tool_result for no open tool_call       HTTP 409
     ├── SessionClosed                       append to a deleted session             HTTP 409
     ├── ContextTooLarge      (ValueError)   not even the newest turn fits           HTTP 422
+    ├── ModelError                          the agent's model failed or is down     HTTP 502
     └── StorageError         (OSError)      the database could not do what we asked HTTP 503
 
 A rejected append writes nothing: every error above is raised before, or rolls back, the
@@ -23,10 +25,12 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "JournalError",
+    "ModelError",
     "PayloadTooLarge",
     "SessionClosed",
     "SessionNotFound",
     "StorageError",
+    "TaskNotFound",
     "UnknownToolCall",
 ]
 
@@ -41,6 +45,14 @@ class SessionNotFound(JournalError, LookupError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} not found")
         self.session_id = session_id
+
+
+class TaskNotFound(JournalError, LookupError):
+    """The task does not exist, or belongs to another tenant (the two are not told apart)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found")
+        self.task_id = task_id
 
 
 class InvalidArgument(JournalError, ValueError):
@@ -77,6 +89,12 @@ class SessionClosed(JournalError):
 
 class ContextTooLarge(JournalError, ValueError):
     """Not even the smallest allowed suffix of the replay fits the token budget."""
+
+
+class ModelError(JournalError):
+    """The agent's model could not answer (unreachable, refused, or replied with nonsense).
+
+    What the turn journaled so far stays; `resume_incomplete()` finishes the turn later."""
 
 
 class StorageError(JournalError, OSError):

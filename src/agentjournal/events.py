@@ -52,6 +52,8 @@ CORE_TYPES: Final = (
     RESERVED_TYPES | frozenset(MESSAGE_ROLES) | {"tool_call", "tool_result", "context_compacted"}
 )
 SESSION_STATUSES: Final = ("active", "archived", "deleted")
+TASK_STATUSES: Final = ("pending", "running", "completed", "failed", "cancelled")
+MAX_TASK_RETRIES: Final = 100
 
 _CUSTOM_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _MAX_TYPE_LEN: Final = 64
@@ -253,6 +255,54 @@ def _check_session_event(type_: str, payload: Mapping[str, Any]) -> None:
         _require_seq(payload, "at_seq", type_)
 
 
+def _require_count(payload: Mapping[str, Any], key: str, type_: str, low: int = 0) -> None:
+    value = payload.get(key)
+    if not (isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**63):
+        raise InvalidEvent(f"{type_} needs {key!r} as an integer >= {low}, got {_describe(value)}")
+
+
+def _check_task_event(type_: str, payload: Mapping[str, Any]) -> None:
+    """The task events' payloads: each says what the task became, so the fold just applies it."""
+    _require_str(payload, "task_id", type_, nonempty=True)
+    if type_ == "task_created":
+        _require_str(payload, "type", type_, nonempty=True)
+        if "input" not in payload:
+            raise InvalidEvent("task_created needs 'input' (any JSON value, null included)")
+        _optional(payload, "parent_task_id", str, type_)
+        _require_count(payload, "max_retries", type_)
+        if payload["max_retries"] > MAX_TASK_RETRIES:
+            raise InvalidEvent(f"task_created.max_retries must be at most {MAX_TASK_RETRIES}")
+        return
+    if type_ == "task_cancelled":
+        _optional(payload, "reason", str, type_)
+        return
+    _require_count(payload, "attempt", type_, low=1)
+    if type_ == "task_started":
+        _require_str(payload, "worker", type_, nonempty=True)
+        _require_count(payload, "lease_expires_at", type_)
+        lease = payload.get("lease_seconds")
+        if not (isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0):
+            raise InvalidEvent("task_started needs 'lease_seconds' as a positive number")
+    elif type_ == "task_progress":
+        progress = payload.get("progress")
+        if not (
+            isinstance(progress, int | float)
+            and not isinstance(progress, bool)
+            and 0 <= progress <= 1
+        ):
+            raise InvalidEvent(f"task_progress.progress must be from 0.0 to 1.0, got {progress!r}")
+        _optional(payload, "message", str, type_)
+        _require_count(payload, "lease_expires_at", type_)
+    elif type_ == "task_completed":
+        if "output" not in payload:
+            raise InvalidEvent("task_completed needs 'output' (any JSON value, null included)")
+    else:  # task_failed
+        _require_str(payload, "error", type_, nonempty=False)
+        _require_count(payload, "retry_count", type_)
+        if not isinstance(payload.get("retry"), bool):
+            raise InvalidEvent("task_failed needs 'retry' as a boolean")
+
+
 def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
     if type_ in MESSAGE_ROLES:
         _check_message(type_, payload)
@@ -270,7 +320,7 @@ def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
     elif type_ in SESSION_TYPES:
         _check_session_event(type_, payload)
     elif type_ in TASK_TYPES:
-        _require_str(payload, "task_id", type_, nonempty=True)
+        _check_task_event(type_, payload)
 
 
 def check_type(type_: Any) -> str:

@@ -7,31 +7,37 @@ import base64
 import re
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
 from agentjournal import projection, verify
+from agentjournal import tasks as transitions
 from agentjournal.appends import AppendOutcome, AppendRequest, append_group
 from agentjournal.backends import EventRow, Storage, WriteTx
 from agentjournal.errors import (
     Conflict,
     InvalidArgument,
     InvalidEvent,
+    JournalError,
     SessionNotFound,
+    TaskNotFound,
 )
 from agentjournal.events import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_TASK_RETRIES,
+    TASK_STATUSES,
     Event,
     NewEvent,
     PreparedEvent,
     check_idempotency_key,
     prepare,
 )
-from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import ContextFit, Format, Tokenizer, fit_context, replay
 from agentjournal.rules import SessionState, resolve_retry
+from agentjournal.tasks import Recovery
 from agentjournal.verify import VerifyReport
 
 __all__ = ["Journal"]
@@ -48,6 +54,11 @@ _STATUSES = {
     "archived": ("archived",),
     "deleted": ("deleted",),
     "all": ("active", "archived", "deleted"),
+}
+_TASK_FILTERS: dict[str | None, tuple[str, ...] | None] = {
+    None: None,
+    "open": transitions.OPEN_STATUSES,
+    **{status: (status,) for status in TASK_STATUSES},
 }
 
 
@@ -66,6 +77,19 @@ def _check_id(value: Any, what: str) -> str:
             f"(starting with a letter or digit), got {value!r:.80}"
         )
     return value
+
+
+def _check_name(value: Any, what: str) -> str:
+    """Free-form names (a worker's): printable text, 1-255 characters."""
+    if not isinstance(value, str) or not 0 < len(value) <= 255 or not value.isprintable():
+        raise InvalidArgument(f"{what} must be 1-255 printable characters, got {value!r:.80}")
+    return value
+
+
+def _check_fraction(value: Any, what: str, low: float, high: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgument(f"{what} must be a number from {low} to {high}, got {value!r:.40}")
+    return float(value)
 
 
 def _check_int(value: Any, what: str, low: int, high: int = MAX_INT) -> int:
@@ -228,7 +252,22 @@ class Journal:
             if value is not None:
                 payload[key] = value
         event = self._prepare("session_updated", payload, idempotency_key, reserved=True)
-        self._append(session_id, [event], None)
+        if status != "deleted":
+            self._append(session_id, [event], None)
+            return self.get_session(session_id)
+        _check_id(session_id, "session_id")
+
+        def work(tx: WriteTx) -> None:
+            # The session's open tasks are cancelled first, in the same transaction, so its
+            # stream (which ends with the deletion) shows them.
+            state = self._state(tx, session_id)
+            if state is not None and state.status != "deleted":
+                doomed = tx.open_tasks(session_id)
+                cancels = [{"task_id": t.task_id, "reason": "session deleted"} for t in doomed]
+                self._append_tx(tx, session_id, [("task_cancelled", c) for c in cancels])
+            self._append_tx(tx, session_id, [event])
+
+        self.storage.write(work)
         return self.get_session(session_id)
 
     def delete_session(self, session_id: str) -> Session:
@@ -440,6 +479,25 @@ class Journal:
         outcome: AppendOutcome = self.storage.write_grouped(append_group, request)
         return outcome
 
+    def _append_tx(
+        self,
+        tx: WriteTx,
+        session_id: str,
+        events: Sequence[PreparedEvent | tuple[str, dict[str, Any]]],
+    ) -> list[Event]:
+        """Append inside a write transaction another verb opened, under the same rules as
+        `append` (tuples are the journal's own reserved events, prepared here)."""
+        batch = [
+            e if isinstance(e, PreparedEvent) else self._prepare(*e, reserved=True) for e in events
+        ]
+        if not batch:
+            return []
+        request = AppendRequest(self.tenant, session_id, batch, None, now_ms())
+        outcome = append_group(tx, [request])[0]
+        if isinstance(outcome, JournalError):
+            raise outcome
+        return outcome[0]
+
     def _state(self, tx: WriteTx, session_id: str) -> SessionState | None:
         """The session's state if it exists in this journal's tenant."""
         state = tx.session_states([session_id]).get(session_id)
@@ -549,6 +607,243 @@ class Journal:
             upper = window[0].seq - 1
             page = min(page * 4, 4096)
 
+    # -- tasks ------------------------------------------------------------------------------
+
+    def create_task(
+        self,
+        session_id: str,
+        type: str,
+        input: Any = None,
+        *,
+        parent_task_id: str | None = None,
+        max_retries: int = 3,
+        idempotency_key: str | None = None,
+    ) -> Task:
+        """Queue durable work in a session (`task_created`); workers take it with
+        `claim_task`. A sub-task names its parent, which must be a task of the same session."""
+        return self.create_task_ex(
+            session_id,
+            type,
+            input,
+            parent_task_id=parent_task_id,
+            max_retries=max_retries,
+            idempotency_key=idempotency_key,
+        )[0]
+
+    def create_task_ex(
+        self,
+        session_id: str,
+        type: str,
+        input: Any = None,
+        *,
+        parent_task_id: str | None = None,
+        max_retries: int = 3,
+        idempotency_key: str | None = None,
+    ) -> tuple[Task, bool]:
+        """`create_task`, also telling whether it created (False: an idempotent repeat)."""
+        _check_id(session_id, "session_id")
+        _check_id(type, "task type")
+        if parent_task_id is not None:
+            _check_id(parent_task_id, "parent_task_id")
+        _check_int(max_retries, "max_retries", 0, MAX_TASK_RETRIES)
+        task_id = transitions.new_task_id(now_ms())
+        payload = transitions.created(task_id, type, input, parent_task_id, max_retries)
+        event = self._prepare("task_created", payload, idempotency_key, reserved=True)
+        key = event.idempotency_key
+
+        def work(tx: WriteTx) -> tuple[str, bool]:
+            if self._state(tx, session_id) is None:
+                raise SessionNotFound(session_id)
+            original = key and tx.events_by_keys([(session_id, key)]).get((session_id, key))
+            if original:
+                same = (
+                    original.type == "task_created"
+                    and {
+                        **original.payload,
+                        "task_id": task_id,
+                    }
+                    == event.payload
+                )
+                if not same:
+                    raise Conflict(f"idempotency key {key!r} was used for another request")
+                return original.payload["task_id"], False
+            if parent_task_id is not None:
+                parent = tx.task(parent_task_id)
+                if parent is None or parent.tenant != self.tenant:
+                    raise TaskNotFound(parent_task_id)
+                if parent.session_id != session_id:
+                    raise InvalidArgument(
+                        f"parent task {parent_task_id!r} belongs to session {parent.session_id!r};"
+                        " a sub-task lives in its parent's session"
+                    )
+            self._append_tx(tx, session_id, [event])
+            return task_id, True
+
+        created_id, created = self.storage.write(work)
+        return self.get_task(created_id), created
+
+    def get_task(self, task_id: str) -> Task:
+        task = self.storage.task(self.tenant, _check_id(task_id, "task_id"))
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    def tasks(
+        self,
+        *,
+        status: str | None = None,
+        type: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Task]:
+        """Tasks in queue order (oldest first). `status`: one status, "open" (pending and
+        running) or None (all). Next page: `after=page[-1].task_id`."""
+        if status not in _TASK_FILTERS:
+            raise InvalidArgument(f"status must be one of {', '.join(TASK_STATUSES)}, open or None")
+        for value, what in ((type, "type"), (session_id, "session_id"), (after, "after")):
+            if value is not None:
+                _check_id(value, what)
+        _check_int(limit, "limit", 1, MAX_PAGE)
+        return self.storage.tasks(
+            self.tenant,
+            statuses=_TASK_FILTERS[status],
+            type=type,
+            session_id=session_id,
+            after=after,
+            limit=limit,
+        )
+
+    def claim_task(
+        self,
+        worker: str,
+        types: Sequence[str] | None = None,
+        lease_seconds: float = transitions.DEFAULT_LEASE_SECONDS,
+    ) -> Task | None:
+        """Move the oldest pending task (of `types`, if given) to running under `worker`'s
+        lease, atomically: two workers never hold one task. None if there is nothing to do.
+
+        Leases that expired are settled first (back to pending, or failed when retries are
+        spent), so work whose worker died is picked up without waiting for a restart."""
+        _check_name(worker, "worker")
+        if types is not None:
+            if isinstance(types, str) or not isinstance(types, Sequence) or not types:
+                raise InvalidArgument("types must be a non-empty list of task types, or None")
+            types = [_check_id(t, "task type") for t in types]
+        lease = _check_fraction(
+            lease_seconds, "lease_seconds", 0.001, transitions.MAX_LEASE_SECONDS
+        )
+
+        def work(tx: WriteTx) -> str | None:
+            now = now_ms()
+            for task in tx.expired_tasks(self.tenant, now, 100):
+                self._append_tx(tx, task.session_id, [("task_failed", transitions.expired(task))])
+            claimed = tx.next_task(self.tenant, types)
+            if claimed is None:
+                return None
+            payload = transitions.started(claimed, worker, lease, now)
+            self._append_tx(tx, claimed.session_id, [("task_started", payload)])
+            return claimed.task_id
+
+        claimed = self.storage.write(work)
+        return None if claimed is None else self.get_task(claimed)
+
+    def task_progress(
+        self, task_id: str, progress: float, *, attempt: int, message: str | None = None
+    ) -> Task:
+        """Report how far `attempt` got (0.0-1.0) and renew its lease. `Conflict` if the
+        attempt is over (its lease was taken over, or the task was cancelled)."""
+        value = _check_fraction(progress, "progress", 0.0, 1.0)
+        if message is not None and not isinstance(message, str):
+            raise InvalidArgument("message must be a string")
+        return self._change_task(
+            task_id,
+            attempt,
+            lambda task, now: [
+                ("task_progress", transitions.progressed(task, attempt, value, message, now))
+            ],
+        )
+
+    def complete_task(self, task_id: str, *, attempt: int, output: Any = None) -> Task:
+        """Record the attempt's result (any JSON value); the task is completed."""
+        return self._change_task(
+            task_id,
+            attempt,
+            lambda task, now: [("task_completed", transitions.completed(task, attempt, output))],
+        )
+
+    def fail_task(self, task_id: str, *, attempt: int, error: str, retryable: bool = True) -> Task:
+        """Record a failed attempt: back to pending while `retryable` and retries remain
+        (`retry_count` < `max_retries`), else failed for good."""
+        if not isinstance(error, str):
+            raise InvalidArgument("error must be a string")
+        if not isinstance(retryable, bool):
+            raise InvalidArgument("retryable must be a boolean")
+        return self._change_task(
+            task_id,
+            attempt,
+            lambda task, now: [
+                ("task_failed", transitions.failed(task, attempt, error, retryable))
+            ],
+        )
+
+    def cancel_task(self, task_id: str, *, reason: str | None = None) -> Task:
+        """Cancel a pending or running task and its open sub-tasks; a worker still on it gets
+        `Conflict` at its next report."""
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgument("reason must be a string")
+        _check_id(task_id, "task_id")
+
+        def work(tx: WriteTx) -> None:
+            task = self._task_tx(tx, task_id)
+            family = tx.open_tasks(task.session_id)
+            cancels = transitions.cancelled(task, family, reason)
+            self._append_tx(tx, task.session_id, [("task_cancelled", c) for c in cancels])
+
+        self.storage.write(work)
+        return self.get_task(task_id)
+
+    def _task_tx(self, tx: WriteTx, task_id: str) -> Task:
+        task = tx.task(task_id)
+        if task is None or task.tenant != self.tenant:
+            raise TaskNotFound(task_id)
+        return task
+
+    def _change_task(
+        self,
+        task_id: str,
+        attempt: int,
+        decide: Callable[[Task, int], list[tuple[str, dict[str, Any]]]],
+    ) -> Task:
+        _check_id(task_id, "task_id")
+        _check_int(attempt, "attempt", 1)
+
+        def work(tx: WriteTx) -> None:
+            task = self._task_tx(tx, task_id)
+            self._append_tx(tx, task.session_id, decide(task, now_ms()))
+
+        self.storage.write(work)
+        return self.get_task(task_id)
+
+    def recover(self, *, all_tenants: bool = False) -> Recovery:
+        """Run at start-up: settle every running task whose lease expired (back to pending, or
+        failed with "lease expired" when its retries are spent) and list the sessions whose
+        last turn was cut. Its cost follows the open work, not the history. `all_tenants` is
+        for the process that serves them all (`agentjournal serve`)."""
+        recovery = Recovery()
+
+        def work(tx: WriteTx) -> None:
+            now = now_ms()
+            for task in tx.expired_tasks(None if all_tenants else self.tenant, now, MAX_INT):
+                owner = self if task.tenant == self.tenant else self.for_tenant(task.tenant)
+                payload = transitions.expired(task)
+                owner._append_tx(tx, task.session_id, [("task_failed", payload)])
+                (recovery.requeued if payload["retry"] else recovery.failed).append(task.task_id)
+
+        self.storage.write(work)
+        recovery.open_turns = self.storage.open_turns(None if all_tenants else self.tenant)
+        return recovery
+
     # -- live -------------------------------------------------------------------------------
 
     def subscribe(
@@ -610,6 +905,7 @@ class Journal:
                 stored,
                 self.storage.messages(self.tenant, session_id, None),
                 self.storage.tool_calls(self.tenant, session_id),
+                self.storage.tasks(self.tenant, session_id=session_id, limit=MAX_INT),
             )
             report.differences += found
             if found and rebuild:

@@ -1,4 +1,5 @@
-"""Projections: what each event changes in the `sessions`, `messages` and `tool_calls` tables.
+"""Projections: what each event changes in the `sessions`, `messages`, `tool_calls` and `tasks`
+tables.
 
 `effects(event)` is the one statement of those rules. Backends apply the effects in SQL inside the
 append's transaction; `fold()` applies the same effects to plain objects, which is how `verify()`
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from agentjournal.events import MESSAGE_ROLES, Event
+from agentjournal.events import MESSAGE_ROLES, TASK_TYPES, Event
 from agentjournal.replay import estimate_tokens
 
 __all__ = [
@@ -22,6 +23,9 @@ __all__ = [
     "Projection",
     "Session",
     "SessionChanged",
+    "Task",
+    "TaskChanged",
+    "TaskCreated",
     "ToolCall",
     "ToolCallClosed",
     "ToolCallOpened",
@@ -49,6 +53,47 @@ class Session:
     event_count: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+    # The last turn has not ended: its newest user message, tool call or tool result came after
+    # its newest assistant message. What resume looks for, through a partial index.
+    turn_open: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+# The events that open (True) or close (False) a turn; corrections change neither.
+TURN_EVENTS: dict[str, bool] = {
+    "user_message": True,
+    "tool_call": True,
+    "tool_result": True,
+    "assistant_message": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A row of the `tasks` projection: durable work, its lease and its outcome."""
+
+    task_id: str
+    session_id: str
+    tenant: str
+    type: str
+    input: Any = None
+    parent_task_id: str | None = None
+    status: str = "pending"  # pending | running | completed | failed | cancelled
+    progress: float = 0.0
+    message: str | None = None
+    output: Any = None
+    error: str | None = None
+    attempt: int = 0
+    retry_count: int = 0
+    max_retries: int = 3
+    lease_owner: str | None = None
+    lease_seconds: float | None = None
+    lease_expires_at: int | None = None
+    created_seq: int = 0
     created_at: int = 0
     updated_at: int = 0
 
@@ -134,9 +179,74 @@ class UsageAdded:
     completion_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class TaskCreated:
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChanged:
+    task_id: str
+    fields: dict[str, Any]  # the Task fields the event sets, updated_at among them
+
+
 Effect = (
-    SessionChanged | MessageAdded | MessageCorrected | ToolCallOpened | ToolCallClosed | UsageAdded
+    SessionChanged
+    | MessageAdded
+    | MessageCorrected
+    | ToolCallOpened
+    | ToolCallClosed
+    | UsageAdded
+    | TaskCreated
+    | TaskChanged
 )
+
+_NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
+def _task_effect(event: Event) -> Effect:
+    """Each task event says what its task became; this reads it off (see events.py's shapes)."""
+    payload, kind = event.payload, event.type
+    if kind == "task_created":
+        return TaskCreated(
+            Task(
+                payload["task_id"],
+                event.session_id,
+                "",  # the tenant is the session's; the backend and fold fill it in
+                payload["type"],
+                payload["input"],
+                payload.get("parent_task_id"),
+                max_retries=payload["max_retries"],
+                created_seq=event.seq,
+                created_at=event.created_at,
+                updated_at=event.created_at,
+            )
+        )
+    fields: dict[str, Any] = {"updated_at": event.created_at}
+    if kind == "task_started":
+        fields |= {
+            "status": "running",
+            "attempt": payload["attempt"],
+            "lease_owner": payload["worker"],
+            "lease_seconds": payload["lease_seconds"],
+            "lease_expires_at": payload["lease_expires_at"],
+        }
+    elif kind == "task_progress":
+        fields |= {
+            "progress": float(payload["progress"]),
+            "message": payload.get("message"),
+            "lease_expires_at": payload["lease_expires_at"],
+        }
+    elif kind == "task_completed":
+        fields |= {"status": "completed", "output": payload["output"], "progress": 1.0}
+        fields |= _NO_LEASE
+    elif kind == "task_failed":
+        status = "pending" if payload["retry"] else "failed"
+        fields |= {"status": status, "error": payload["error"]}
+        fields |= {"retry_count": payload["retry_count"]} | _NO_LEASE
+    else:  # task_cancelled
+        fields |= {"status": "cancelled", "error": payload.get("reason")} | _NO_LEASE
+    return TaskChanged(payload["task_id"], fields)
 
 
 def message_tokens(role: str, content: str) -> int:
@@ -184,6 +294,8 @@ def effects(event: Event) -> list[Effect]:
     if kind == "session_updated":
         keys = ("title", "metadata", "status")
         return [SessionChanged({k: payload[k] for k in keys if k in payload})]
+    if kind in TASK_TYPES:
+        return [_task_effect(event)]
     if kind == "session_forked":
         changed = {
             "forked_from": payload["from_session_id"],
@@ -201,16 +313,24 @@ class Projection:
     session: Session
     messages: dict[int, Message] = field(default_factory=dict)
     tool_calls: dict[str, ToolCall] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
 
     def apply(self, event: Event) -> None:
+        if event.type == "session_forked":
+            # A fork's copies of its parent's task events create no tasks (the parent has them).
+            self.tasks.clear()
         for effect in effects(event):
             self._apply_effect(event, effect)
+        turn_open = self.session.turn_open
+        if event.type in TURN_EVENTS and "supersedes" not in event.payload:
+            turn_open = TURN_EVENTS[event.type]
         self.session = replace(
             self.session,
             last_seq=event.seq,
             last_position=event.position,
             event_count=self.session.event_count + 1,
             updated_at=event.created_at,
+            turn_open=turn_open,
         )
 
     def _apply_effect(self, event: Event, effect: Effect) -> None:
@@ -234,6 +354,11 @@ class Projection:
                         status=status,
                         result_seq=result_seq,
                     )
+            case TaskCreated(task):
+                self.tasks[task.task_id] = replace(task, tenant=self.session.tenant)
+            case TaskChanged(task_id, fields):
+                if task_id in self.tasks:
+                    self.tasks[task_id] = replace(self.tasks[task_id], **fields)
             case UsageAdded(prompt, completion):
                 self.session = replace(
                     self.session,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentjournal.events import MESSAGE_ROLES, Event
-from agentjournal.projection import Message, Projection, Session, ToolCall
+from agentjournal.projection import Message, Projection, Session, Task, ToolCall
 
 __all__ = ["Difference", "VerifyReport", "compare_session", "journal_errors"]
 
@@ -101,6 +101,7 @@ def compare_session(
     stored_session: Session,
     stored_messages: Sequence[Message],
     stored_tool_calls: Sequence[ToolCall],
+    stored_tasks: Sequence[Task] = (),
 ) -> list[Difference]:
     """Every field of the session's projection rows that differs from the fold."""
     sid = expected.session.session_id
@@ -119,5 +120,11 @@ def compare_session(
         {f"{sid}/{t.call_id}": t for t in stored_tool_calls},
         {f"{sid}/{t.call_id}": t for t in expected.tool_calls.values()},
         [f for f in ToolCall._fields if f not in {"session_id", "call_id"}],
+    )
+    differences += _compare_rows(
+        "tasks",
+        {t.task_id: t for t in stored_tasks},
+        {t.task_id: t for t in expected.tasks.values()},
+        [f for f in Task.__slots__ if f not in {"task_id", "session_id"}],
     )
     return differences

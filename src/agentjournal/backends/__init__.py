@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from agentjournal.backends.group_commit import CommitSignal
 from agentjournal.events import Event, PreparedEvent
-from agentjournal.projection import Message, Projection, Session, ToolCall
+from agentjournal.projection import Message, Projection, Session, Task, ToolCall
 from agentjournal.rules import SessionState
 
 __all__ = ["ApiKeyRow", "EventRow", "Storage", "WriteTx"]
@@ -73,6 +73,21 @@ class WriteTx(Protocol):
 
     def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
         """(call_id, result_seq or 0) of calls made at or before `seq` whose result is not."""
+
+    def task(self, task_id: str) -> Task | None:
+        """The task, whatever its tenant (the caller checks it); locked where the database
+        needs it (PostgreSQL)."""
+
+    def next_task(self, tenant: str, types: Sequence[str] | None) -> Task | None:
+        """The oldest pending task of the tenant (of one of `types`, if given), claimable: on
+        PostgreSQL locked with SKIP LOCKED, so concurrent claimers get different tasks."""
+
+    def expired_tasks(self, tenant: str | None, now: int, limit: int) -> list[Task]:
+        """Running tasks whose lease ended before `now` (of one tenant, or of all), oldest
+        lease first."""
+
+    def open_tasks(self, session_id: str) -> list[Task]:
+        """The session's pending and running tasks, in creation order."""
 
     def insert_session(
         self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None
@@ -143,6 +158,23 @@ class Storage(Protocol):
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]: ...
 
     def tool_calls(self, tenant: str, session_id: str) -> list[ToolCall]: ...
+
+    def task(self, tenant: str, task_id: str) -> Task | None: ...
+
+    def tasks(
+        self,
+        tenant: str,
+        *,
+        statuses: Sequence[str] | None = None,
+        type: str | None = None,
+        session_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        """Tasks in queue order (by task_id), after the task id `after`."""
+
+    def open_turns(self, tenant: str | None) -> list[Session]:
+        """Sessions (not deleted) whose last turn has not ended, of one tenant or of all."""
 
     def api_key(self, key_id: str) -> ApiKeyRow | None: ...
 

@@ -23,15 +23,17 @@ from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
+    TASK_COLUMNS,
     TOOL_CALL_COLUMNS,
     event_from_row,
     position_number,
     session_from_row,
+    task_from_row,
 )
 from agentjournal.backends.sqlite_write import Control
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
 from agentjournal.events import Event
-from agentjournal.projection import Message, Session, ToolCall
+from agentjournal.projection import Message, Session, Task, ToolCall
 
 __all__ = ["SQLiteStorage"]
 
@@ -300,6 +302,45 @@ class SQLiteStorage:
             (session_id, tenant),
         )
         return [ToolCall(*row) for row in rows]
+
+    def task(self, tenant: str, task_id: str) -> Task | None:
+        rows = self._read(
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ? AND tenant = ?", (task_id, tenant)
+        )
+        return task_from_row(rows[0]) if rows else None
+
+    def tasks(
+        self,
+        tenant: str,
+        *,
+        statuses: Sequence[str] | None = None,
+        type: str | None = None,
+        session_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        where, params = ["tenant = ?", "task_id > ?"], [tenant, after or ""]
+        if statuses is not None:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params += statuses
+        for column, value in (("type", type), ("session_id", session_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        rows = self._read(
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)}"
+            " ORDER BY task_id LIMIT ?",
+            (*params, limit),
+        )
+        return [task_from_row(row) for row in rows]
+
+    def open_turns(self, tenant: str | None) -> list[Session]:
+        rows = self._read(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE turn_open = 1"
+            " AND (?1 IS NULL OR tenant = ?1) AND status != 'deleted' ORDER BY last_event_id",
+            (tenant,),
+        )
+        return [session_from_row(row) for row in rows]
 
     def api_key(self, key_id: str) -> ApiKeyRow | None:
         rows = self._read(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))

@@ -7,17 +7,23 @@ from typing import Any, Final
 
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
-from agentjournal.projection import Session
+from agentjournal.projection import Session, Task
 
 EVENT_COLUMNS: Final = "event_id, session_id, seq, type, payload, idempotency_key, created_at"
 SESSION_COLUMNS: Final = (
     "session_id, tenant, title, status, model, system_prompt, metadata, forked_from, "
     "forked_at_seq, last_seq, last_event_id, event_count, prompt_tokens, completion_tokens, "
-    "created_at, updated_at"
+    "created_at, updated_at, turn_open"
 )
 MESSAGE_COLUMNS: Final = "session_id, seq, role, content, tokens, edited_seq, created_at"
 TOOL_CALL_COLUMNS: Final = (
     "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
+)
+
+TASK_COLUMNS: Final = (
+    "task_id, session_id, tenant, type, input, parent_task_id, status, progress, message, "
+    "output, error, attempt, retry_count, max_retries, lease_owner, lease_seconds, "
+    "lease_expires_at, created_seq, created_at, updated_at"
 )
 
 
@@ -37,7 +43,15 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
     values = list(row)
     values[6] = json.loads(values[6])
     values[10] = str(values[10])
+    values[16] = bool(values[16])
     return Session(*values)
+
+
+def task_from_row(row: tuple[Any, ...]) -> Task:
+    values = list(row)
+    values[4] = _decode(values[4])[0]
+    values[9] = _decode(values[9])[0]
+    return Task(*values)
 
 
 def position_number(value: str | None) -> int:

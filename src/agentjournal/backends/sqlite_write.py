@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from agentjournal.backends import ApiKeyRow, EventRow
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
+    TASK_COLUMNS,
     TOOL_CALL_COLUMNS,
     event_from_row,
     position_number,
+    task_from_row,
 )
 from agentjournal.events import MESSAGE_ROLES, Event, canonical_json
 from agentjournal.projection import (
@@ -22,6 +25,9 @@ from agentjournal.projection import (
     MessageCorrected,
     Projection,
     SessionChanged,
+    Task,
+    TaskChanged,
+    TaskCreated,
     ToolCallClosed,
     ToolCallOpened,
     UsageAdded,
@@ -55,8 +61,21 @@ _SESSION_FIELDS: Final = frozenset(
         "forked_from",
         "forked_at_seq",
         "created_at",
+        "turn_open",
     }
 )
+_TASK_FIELDS: Final = frozenset(TASK_COLUMNS.split(", ")) - {"task_id", "session_id", "tenant"}
+_TASK_JSON_FIELDS: Final = frozenset({"input", "output"})
+_INSERT_TASK: Final = (
+    f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(TASK_COLUMNS.split(',')))})"
+)
+
+
+def _task_values(task: Task) -> tuple[Any, ...]:
+    return tuple(
+        canonical_json(getattr(task, name)) if name in _TASK_JSON_FIELDS else getattr(task, name)
+        for name in TASK_COLUMNS.split(", ")
+    )
 
 
 class Control:
@@ -165,6 +184,42 @@ class SQLiteTx:
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
+    # -- look-ups for the task verbs --------------------------------------------------------
+
+    def _tasks(self, where: str, params: Sequence[Any]) -> list[Task]:
+        rows = self.conn.execute(f"SELECT {TASK_COLUMNS} FROM tasks WHERE {where}", params)
+        return [task_from_row(row) for row in rows.fetchall()]
+
+    def task(self, task_id: str) -> Task | None:
+        found = self._tasks("task_id = ?", (task_id,))
+        return found[0] if found else None
+
+    def next_task(self, tenant: str, types: Sequence[str] | None) -> Task | None:
+        if types is None:
+            found = self._tasks(
+                "tenant = ? AND status = 'pending' ORDER BY task_id LIMIT 1", (tenant,)
+            )
+        else:
+            marks = ", ".join("?" * len(types))
+            found = self._tasks(
+                f"tenant = ? AND status = 'pending' AND type IN ({marks}) ORDER BY task_id LIMIT 1",
+                (tenant, *types),
+            )
+        return found[0] if found else None
+
+    def expired_tasks(self, tenant: str | None, now: int, limit: int) -> list[Task]:
+        return self._tasks(
+            "status = 'running' AND lease_expires_at < ? AND (?2 IS NULL OR tenant = ?2)"
+            " ORDER BY lease_expires_at LIMIT ?3",
+            (now, tenant, limit),
+        )
+
+    def open_tasks(self, session_id: str) -> list[Task]:
+        return self._tasks(
+            "session_id = ? AND status IN ('pending', 'running') ORDER BY created_seq",
+            (session_id,),
+        )
+
     # -- writes -----------------------------------------------------------------------------
 
     def insert_session(
@@ -206,7 +261,7 @@ class SQLiteTx:
                     str(event_id),
                 )
             )
-        self._project(stored)
+        self._project(stored, {row.session_id: row.tenant for row in rows})
         return stored
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
@@ -219,12 +274,13 @@ class SQLiteTx:
         rows = self.conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq", (target_id,)
         ).fetchall()
-        self._project([event_from_row(row) for row in rows])
+        self._project([event_from_row(row) for row in rows], None)
         return len(rows)
 
-    def _project(self, events: Sequence[Event]) -> None:
-        """Apply the projections of `events` (see agentjournal.projection.effects). The
-        sessions' counters follow each inserted event by trigger."""
+    def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
+        """Apply the projections of `events` (see agentjournal.projection.effects); `tenants`
+        maps their sessions to tenants, None for a fork's copies, whose task events create no
+        tasks (the tasks stay the parent's). The sessions' counters follow by trigger."""
         added: list[tuple[Any, ...]] = []
         opened: list[tuple[Any, ...]] = []
         corrected: list[tuple[Any, ...]] = []
@@ -248,6 +304,11 @@ class SQLiteTx:
                         totals = usage.setdefault(sid, [0, 0])
                         totals[0] += prompt
                         totals[1] += completion
+                    case TaskCreated(task) if tenants is not None:
+                        task = replace(task, tenant=tenants[sid])
+                        self.conn.execute(_INSERT_TASK, _task_values(task))
+                    case TaskChanged(task_id, fields) if tenants is not None:
+                        self._update_task(task_id, fields)
         # Inserts before updates: a result or correction may follow its original in one group.
         if added:
             self.conn.executemany(_INSERT_MESSAGE, added)
@@ -280,11 +341,21 @@ class SQLiteTx:
             f"UPDATE sessions SET {assignments} WHERE session_id = ?", (*values, session_id)
         )
 
+    def _update_task(self, task_id: str, fields: Mapping[str, Any]) -> None:
+        assert fields.keys() <= _TASK_FIELDS, fields.keys()
+        values = [canonical_json(v) if k in _TASK_JSON_FIELDS else v for k, v in fields.items()]
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.conn.execute(f"UPDATE tasks SET {assignments} WHERE task_id = ?", (*values, task_id))
+
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         session = projection.session
         sid = session.session_id
         self.conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         self.conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (sid,))
+        self.conn.execute("DELETE FROM tasks WHERE session_id = ?", (sid,))
+        self.conn.executemany(
+            _INSERT_TASK, [_task_values(task) for task in projection.tasks.values()]
+        )
         self.conn.executemany(
             f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
@@ -326,7 +397,7 @@ class SQLiteTx:
             " pending) VALUES (?, ?, ?, ?, ?, 1)",
             (tenant, session_id, actor, at, count),
         )
-        for table in ("messages", "tool_calls", "events", "sessions"):
+        for table in ("messages", "tool_calls", "tasks", "events", "sessions"):
             self.conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
         self.conn.execute(
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)

@@ -119,6 +119,10 @@ class SessionOut(BaseModel):
     completion_tokens: int
     created_at: int
     updated_at: int
+    turn_open: bool = Field(
+        description="the last turn has not ended: a user message, tool call or tool result came"
+        " after the newest assistant message"
+    )
 
     @classmethod
     def of(cls, session: Session) -> SessionOut:

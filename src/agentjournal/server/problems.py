@@ -15,10 +15,12 @@ from agentjournal.errors import (
     ContextTooLarge,
     InvalidArgument,
     JournalError,
+    ModelError,
     PayloadTooLarge,
     SessionClosed,
     SessionNotFound,
     StorageError,
+    TaskNotFound,
     UnknownToolCall,
 )
 
@@ -30,12 +32,14 @@ log = logging.getLogger("agentjournal.server")
 # Most specific first: PayloadTooLarge is checked before InvalidArgument, and so on.
 _STATUS: list[tuple[type[JournalError], int, str]] = [
     (SessionNotFound, 404, "Session not found"),
+    (TaskNotFound, 404, "Task not found"),
     (PayloadTooLarge, 413, "Payload too large"),
     (ContextTooLarge, 422, "Context too large"),
     (InvalidArgument, 422, "Invalid request"),
     (UnknownToolCall, 409, "Unknown tool call"),
     (SessionClosed, 409, "Session closed"),
     (Conflict, 409, "Conflict"),
+    (ModelError, 502, "Model failed"),
     (StorageError, 503, "Storage unavailable"),
 ]
 
