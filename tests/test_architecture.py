@@ -43,6 +43,13 @@ ALLOWED: dict[str, set[str]] = {
     "appends": {"backends", "errors", "events", "rules"},
     "keys": {"backends", "errors"},
     "tasks": {"errors", "projection"},
+    # The agent runtime sits on the library's face (`Journal`), never on a backend.
+    "runtime.agent": {"errors", "events", "journal", "projection"},
+    "runtime.models": {"errors", "runtime.agent"},
+    "runtime.resume": {"journal", "runtime.agent"},
+    "runtime.worker": {"errors", "journal", "projection", "tasks"},
+    "runtime.order_agent": {"runtime.agent", "runtime.models", "runtime.worker"},
+    "runtime": {"runtime.agent", "runtime.models", "runtime.resume", "runtime.worker"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {"errors", "events", "replay", "projection", "rules", "verify", "appends", "tasks"}

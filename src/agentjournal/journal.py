@@ -841,8 +841,13 @@ class Journal:
                 (recovery.requeued if payload["retry"] else recovery.failed).append(task.task_id)
 
         self.storage.write(work)
-        recovery.open_turns = self.storage.open_turns(None if all_tenants else self.tenant)
+        recovery.open_turns = self.open_turns(all_tenants=all_tenants)
         return recovery
+
+    def open_turns(self, *, all_tenants: bool = False) -> list[Session]:
+        """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
+        tool result after the newest assistant message. Read through a partial index."""
+        return self.storage.open_turns(None if all_tenants else self.tenant)
 
     # -- live -------------------------------------------------------------------------------
 

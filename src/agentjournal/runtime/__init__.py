@@ -1,0 +1,34 @@
+"""The durable agent runtime: an agent loop that journals each step before it acts, finishes
+turns a crash cut, and workers that run tasks under leases."""
+
+from agentjournal.runtime.agent import (
+    Agent,
+    Invocation,
+    Model,
+    ModelReply,
+    RequestedCall,
+    Tool,
+    TurnResult,
+)
+from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
+from agentjournal.runtime.resume import ResumeReport, resume_incomplete
+from agentjournal.runtime.worker import Handler, PermanentFailure, TaskRun, Worker
+
+__all__ = [
+    "Agent",
+    "Handler",
+    "Invocation",
+    "Model",
+    "ModelReply",
+    "OpenAIChatModel",
+    "PermanentFailure",
+    "RequestedCall",
+    "ResumeReport",
+    "Script",
+    "ScriptedModel",
+    "TaskRun",
+    "Tool",
+    "TurnResult",
+    "Worker",
+    "resume_incomplete",
+]

@@ -1,0 +1,321 @@
+"""The durable agent loop: every step is journaled before it acts, and a cut turn can be finished.
+
+`Agent.run_turn` appends the user's message, asks the model with `context()`, appends the model's
+text and tool calls in one batch, runs each tool and appends its result, and returns only after
+the final `assistant_message` is durable. Every append carries `expected_seq`, so a second turn
+started on the same session meanwhile gets `Conflict` and runs nothing.
+
+`Agent.finish_turn` continues a turn a crash cut. A tool call without a result is run again only
+if its tool is idempotent; otherwise it gets an error result saying it was interrupted (it may or
+may not have taken effect), and the model decides what to tell the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentjournal.errors import Conflict, InvalidArgument, ModelError
+from agentjournal.events import Event, NewEvent
+from agentjournal.journal import MAX_PAGE, Journal
+from agentjournal.projection import TURN_EVENTS, Session
+
+__all__ = [
+    "ERROR_PREFIX",
+    "Agent",
+    "Invocation",
+    "Model",
+    "ModelReply",
+    "RequestedCall",
+    "Tool",
+    "TurnResult",
+]
+
+# Tool results that are errors start with this: the OpenAI message shape has no is_error flag,
+# so the text must say it (the journal's `is_error` says it too).
+ERROR_PREFIX = "error: "
+INTERRUPTED = (
+    ERROR_PREFIX + "interrupted: the process running this tool stopped before its result was "
+    "recorded, and it was not run again because it is not idempotent (it may or may not have "
+    "taken effect)"
+)
+EventHook = Callable[[Event], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One run of a tool. `key` is stable across retries of the same call: hand it to the API the
+    tool calls (as its idempotency key) and the tool may safely be declared idempotent."""
+
+    session_id: str
+    call_id: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.session_id}:{self.call_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call. `function(arguments, invocation)` returns the result text
+    (anything else is sent as JSON); an exception becomes an error result."""
+
+    name: str
+    function: Callable[[dict[str, Any], Invocation], Any]
+    idempotent: bool
+    description: str = ""
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def schema(self) -> dict[str, Any]:
+        """The tool as the OpenAI chat-completions `tools` list declares it."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedCall:
+    call_id: str
+    name: str
+    arguments: str  # JSON text, as the model produced it
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """What the model answered: text, tool calls to run, or both; and the tokens it counted."""
+
+    content: str | None = None
+    tool_calls: tuple[RequestedCall, ...] = ()
+    usage: Mapping[str, int] | None = None
+
+
+class Model(Protocol):
+    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
+        """Answer an OpenAI-shape message list; raise `ModelError` when it cannot."""
+
+
+@dataclass
+class TurnResult:
+    """A finished turn: the reply the user sees and every event the turn wrote (by this call)."""
+
+    session_id: str
+    reply: str
+    events: list[Event] = field(default_factory=list)
+    created: bool = True  # False: an idempotent repeat of a finished turn, nothing ran
+
+
+class Agent:
+    """A model, its tools, and the loop that journals every step. `name` is what sessions record
+    in `metadata.agent`, so that `resume_incomplete` finishes only this agent's turns."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Sequence[Tool] = (),
+        *,
+        name: str = "agent",
+        max_steps: int = 8,
+        max_context_tokens: int = 100_000,
+        task_handlers: Mapping[str, Callable[[Any], Any]] | None = None,
+    ) -> None:
+        names = [tool.name for tool in tools]
+        if len(names) != len(set(names)):
+            raise InvalidArgument(f"tool names must be unique, got {names}")
+        if max_steps < 1 or max_context_tokens < 1:
+            raise InvalidArgument("max_steps and max_context_tokens must be at least 1")
+        self.model = model
+        self.tools = {tool.name: tool for tool in tools}
+        self.name = name
+        self.max_steps = max_steps
+        self.max_context_tokens = max_context_tokens
+        # Background work this agent's process runs (`Worker` handlers, by task type).
+        self.task_handlers = dict(task_handlers or {})
+
+    def create_session(
+        self, journal: Journal, title: str = "", *, idempotency_key: str | None = None, **kw: Any
+    ) -> Session:
+        """A session bound to this agent (`metadata.agent`), so resume may finish its turns."""
+        metadata = {**(kw.pop("metadata", None) or {}), "agent": self.name}
+        return journal.create_session(
+            title, metadata=metadata, idempotency_key=idempotency_key, **kw
+        )
+
+    def run_turn(
+        self,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_event: EventHook | None = None,
+    ) -> TurnResult:
+        """Journal `text` as the user's message and run the turn to its reply.
+
+        `Conflict` if the session's last turn has not ended (another turn is running, or a crash
+        cut one: `finish_turn` finishes it). With an `idempotency_key` a repeat of a finished turn
+        returns its reply without running anything."""
+        if not isinstance(text, str):
+            raise InvalidArgument("a turn's text must be a string")
+        session = journal.get_session(session_id)
+        if session.turn_open:
+            raise Conflict(
+                f"session {session_id!r} has a turn that has not ended (one is running, or a crash"
+                " cut it and resume has not finished it yet); wait for it and retry"
+            )
+        message = NewEvent("user_message", {"content": text}, idempotency_key)
+        written, created = journal.append_many_ex(
+            session_id, [message], expected_seq=session.last_seq
+        )
+        if not created:
+            return self._repeat(journal, session_id, written[0].seq)
+        turn = _Turn(journal, session_id, on_event)
+        turn.wrote(written)
+        return self._continue(turn)
+
+    def finish_turn(
+        self, journal: Journal, session_id: str, *, on_event: EventHook | None = None
+    ) -> TurnResult | None:
+        """Finish the session's cut turn (None if its last turn ended)."""
+        session = journal.get_session(session_id)
+        if not session.turn_open:
+            return None
+        turn = _Turn(journal, session_id, on_event, session.last_seq)
+        for call in journal.tool_calls(session_id):
+            if call.status != "pending":
+                continue
+            tool = self.tools.get(call.name)
+            if tool is not None and tool.idempotent:
+                content, is_error = self._run_tool(
+                    session_id, call.call_id, call.name, call.arguments
+                )
+            else:
+                content, is_error = INTERRUPTED, True
+            turn.append("tool_result", _result(call.call_id, content, is_error))
+        return self._continue(turn)
+
+    def _repeat(self, journal: Journal, session_id: str, user_seq: int) -> TurnResult:
+        """A retried turn: what the original turn wrote, if it has its reply."""
+        events = journal.events(session_id, after=user_seq - 1, limit=MAX_PAGE)
+        turn = events[:1]
+        for event in events[1:]:
+            if event.type == "user_message" and "supersedes" not in event.payload:
+                break
+            turn.append(event)
+        steps = [e for e in turn if e.type in TURN_EVENTS and "supersedes" not in e.payload]
+        if steps[-1].type != "assistant_message":
+            raise Conflict(
+                f"the turn started at seq {user_seq} has not ended yet; retry when it has"
+            )
+        return TurnResult(session_id, steps[-1].payload["content"], turn, created=False)
+
+    def _continue(self, turn: _Turn) -> TurnResult:
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for _ in range(self.max_steps):
+            messages = turn.journal.context(turn.session_id, max_tokens=self.max_context_tokens)
+            assert isinstance(messages, list)
+            reply = self._ask(messages)
+            for key in usage:
+                usage[key] += int((reply.usage or {}).get(key, 0))
+            if not reply.tool_calls:
+                return turn.finish(reply.content or "", usage)
+            batch = (
+                []
+                if not reply.content
+                else [NewEvent("assistant_message", {"content": reply.content})]
+            )
+            batch += [
+                NewEvent(
+                    "tool_call", {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                )
+                for c in reply.tool_calls
+            ]
+            turn.append_many(batch)
+            for call in reply.tool_calls:
+                content, is_error = self._run_tool(
+                    turn.session_id, call.call_id, call.name, call.arguments
+                )
+                turn.append("tool_result", _result(call.call_id, content, is_error))
+        return turn.finish(
+            f"(stopped after {self.max_steps} model calls without a final answer)", usage
+        )
+
+    def _ask(self, messages: list[dict[str, Any]]) -> ModelReply:
+        try:
+            reply = self.model.complete(messages, list(self.tools.values()))
+        except ModelError:
+            raise
+        except Exception as exc:  # a model adapter's own failure: the turn stays resumable
+            raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(reply, ModelReply):
+            raise ModelError(f"the model returned {type(reply).__name__}, not a ModelReply")
+        return reply
+
+    def _run_tool(
+        self, session_id: str, call_id: str, name: str, arguments: str
+    ) -> tuple[str, bool]:
+        tool = self.tools.get(name)
+        if tool is None:
+            return f"{ERROR_PREFIX}there is no tool named {name!r}", True
+        try:
+            parsed = json.loads(arguments or "{}")
+            if not isinstance(parsed, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            return f"{ERROR_PREFIX}bad arguments for {name}: {exc}", True
+        try:
+            result = tool.function(parsed, Invocation(session_id, call_id))
+        except Exception as exc:  # the tool's failure is the model's to handle
+            return f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", True
+        if isinstance(result, str):
+            return result, False
+        return json.dumps(result, ensure_ascii=False), False
+
+
+def _result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
+    payload: dict[str, Any] = {"call_id": call_id, "content": content}
+    if is_error:
+        payload["is_error"] = True
+    return payload
+
+
+class _Turn:
+    """The appends of one turn, each expecting the seq the previous one left."""
+
+    def __init__(
+        self, journal: Journal, session_id: str, on_event: EventHook | None, last_seq: int = 0
+    ) -> None:
+        self.journal = journal
+        self.session_id = session_id
+        self.on_event = on_event
+        self.last_seq = last_seq
+        self.events: list[Event] = []
+
+    def wrote(self, events: list[Event]) -> None:
+        self.last_seq = events[-1].seq
+        for event in events:
+            self.events.append(event)
+            if self.on_event is not None:
+                self.on_event(event)
+
+    def append(self, type_: str, payload: dict[str, Any]) -> Event:
+        self.append_many([NewEvent(type_, payload)])
+        return self.events[-1]
+
+    def append_many(self, batch: list[NewEvent]) -> None:
+        self.wrote(self.journal.append_many(self.session_id, batch, expected_seq=self.last_seq))
+
+    def finish(self, reply: str, usage: dict[str, int]) -> TurnResult:
+        payload: dict[str, Any] = {"content": reply}
+        if any(usage.values()):
+            payload["usage"] = usage
+        self.append("assistant_message", payload)
+        return TurnResult(self.session_id, reply, self.events)

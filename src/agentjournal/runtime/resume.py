@@ -1,0 +1,46 @@
+"""Finishing the turns a crash cut, at start-up or whenever asked."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agentjournal.journal import Journal
+from agentjournal.runtime.agent import Agent, TurnResult
+
+__all__ = ["ResumeReport", "resume_incomplete"]
+
+log = logging.getLogger("agentjournal.runtime")
+
+
+@dataclass
+class ResumeReport:
+    """Turns finished now, and turns that could not be (session id, why): call again later."""
+
+    finished: list[TurnResult] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def resume_incomplete(
+    journal: Journal, agents: Iterable[Agent], *, all_tenants: bool = False
+) -> ResumeReport:
+    """Finish every cut turn in sessions whose `metadata.agent` names one of `agents` (never a
+    chat whose replies come from elsewhere). Never raises for one session's trouble: it reports
+    it (the model unreachable, say) and a later call tries again."""
+    by_name = {agent.name: agent for agent in agents}
+    report = ResumeReport()
+    for session in journal.open_turns(all_tenants=all_tenants):
+        agent = by_name.get(str(session.metadata.get("agent")))
+        if agent is None:
+            continue
+        scoped = journal if session.tenant == journal.tenant else journal.for_tenant(session.tenant)
+        try:
+            result = agent.finish_turn(scoped, session.session_id)
+        except Exception as exc:  # one session's failure must not stop the others, nor start-up
+            log.warning("could not finish the turn of %s: %s", session.session_id, exc)
+            report.failed.append((session.session_id, f"{type(exc).__name__}: {exc}"))
+            continue
+        if result is not None:
+            report.finished.append(result)
+    return report
