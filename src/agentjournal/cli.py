@@ -3,10 +3,14 @@ operations issue)."""
 
 from __future__ import annotations
 
+import importlib
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from agentjournal.runtime import Agent
 
 app = typer.Typer(
     name="agentjournal",
@@ -49,10 +53,19 @@ def serve(
     max_event_bytes: Annotated[int, typer.Option(help="Largest event payload.")] = 1024 * 1024,
     max_streams_per_key: Annotated[int, typer.Option(help="Open SSE streams per key.")] = 100,
     rate_limit: Annotated[float, typer.Option(help="Requests per second per key.")] = 500.0,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            help="Run an agent for POST /v1/sessions/{id}/turns: 'demo' (the scripted order"
+            " agent), 'openai' (the order tools on an OpenAI-compatible model: OPENAI_BASE_URL,"
+            " OPENAI_API_KEY, AGENTJOURNAL_MODEL) or 'package.module:name' (an Agent, or a"
+            " function returning one). Cut turns are finished before the first request."
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
-    Example: agentjournal serve --db agent.db --port 8000
+    Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
     import uvicorn
 
@@ -60,6 +73,7 @@ def serve(
     from agentjournal.keys import ApiKeys
     from agentjournal.server import Limits, create_app
 
+    hosted = None if agent is None else _load_agent(agent)
     journal = Journal.open(db, max_payload_bytes=max_event_bytes)
     if not ApiKeys(journal.storage).any_active() and host not in _LOOPBACK:
         journal.close()
@@ -78,7 +92,31 @@ def serve(
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
     # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(create_app(journal, limits=limits), host=host, port=port, log_level="warning")
+    app = create_app(journal, limits=limits, agent=hosted)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _load_agent(spec: str) -> Agent:
+    from agentjournal.runtime import Agent, OpenAIChatModel
+    from agentjournal.runtime.order_agent import build
+
+    if spec == "demo":
+        return build()
+    if spec == "openai":
+        demo = build()
+        return Agent(OpenAIChatModel(), list(demo.tools.values()), name="openai")
+    module_name, _, attribute = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise typer.BadParameter(
+            f"{spec!r}: not 'demo', 'openai' or an importable 'module:name' ({exc})",
+            param_hint="--agent",
+        ) from exc
+    made = found if isinstance(found, Agent) else found()
+    if not isinstance(made, Agent):
+        raise typer.BadParameter(f"{spec!r} gave {type(made).__name__}, not an Agent")
+    return made
 
 
 keys_app = typer.Typer(

@@ -4,12 +4,13 @@ renders. Errors are problem+json (server/problems.py); bodies are guarded before
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,6 +18,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentjournal.aio import AsyncJournal
 from agentjournal.journal import MAX_INT, Journal
 from agentjournal.keys import ApiKeys
+from agentjournal.runtime import Agent
+from agentjournal.server import task_routes, turn_routes
+from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.body import BodyGuard
 from agentjournal.server.models import (
     AppendBatch,
@@ -36,56 +40,21 @@ from agentjournal.server.models import (
     SessionPage,
     UpdateSession,
 )
-from agentjournal.server.problems import PROBLEM_JSON, Problem, install_problem_handlers
+from agentjournal.server.problems import Problem, install_problem_handlers
+from agentjournal.server.routing import (
+    ERROR_RESPONSES,
+    Format,
+    IdempotencyKey,
+    Tenant,
+    created_response,
+    journal_for,
+    repeat_doc,
+    service_of,
+)
 from agentjournal.server.service import Limits, Metrics, Service
 from agentjournal.server.streams import feed_stream, session_stream
 
 __all__ = ["create_app"]
-
-_PROBLEM = {"content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"description": text, **_PROBLEM}
-    for code, text in {
-        400: "malformed JSON",
-        401: "missing or bad API key",
-        404: "no such session (or another tenant's)",
-        409: "conflict: expected_seq, idempotency key, tool call, closed session",
-        413: "body or payload too large",
-        415: "not application/json",
-        422: "invalid request or event",
-        429: "rate or stream limit",
-    }.items()
-}
-Format = Literal["openai", "anthropic"]
-
-
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
-
-
-async def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    # async: a sync dependency costs a thread-pool round trip per request, and the key check is
-    # a dict hit (a database read once per key every few seconds).
-    service = _service(request)
-    tenant, key_id = service.caller(authorization)
-    service.admit(key_id)
-    request.state.key_id = key_id
-    return tenant
-
-
-Tenant = Annotated[str, Depends(_tenant)]
-IdempotencyKey = Annotated[
-    str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-]
-
-
-def _journal(request: Request, tenant: str) -> AsyncJournal:
-    return _service(request).journal.for_tenant(tenant)
-
-
-def _created(model: Any, created: bool) -> JSONResponse:
-    return JSONResponse(model.model_dump(mode="json"), status_code=201 if created else 200)
 
 
 def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: Format) -> ReplayOut:
@@ -94,33 +63,28 @@ def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: Format) -
     return ReplayOut(format=format, system=None, messages=messages)
 
 
-router = APIRouter(prefix="/v1", responses=_ERRORS)
-
-
-def _repeat(model: Any) -> dict[int | str, dict[str, Any]]:
-    """An idempotent repeat answers 200 with the original: document it beside the 201."""
-    return {200: {"model": model, "description": "an idempotent repeat: the original"}}
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
 @router.post(
     "/sessions",
     status_code=201,
     response_model=SessionOut,
-    responses=_repeat(SessionOut),
+    responses=repeat_doc(SessionOut),
     tags=["sessions"],
 )
 async def create_session(
     request: Request, body: CreateSession, tenant: Tenant, key: IdempotencyKey = None
 ) -> JSONResponse:
     """Create a session (201); a repeated Idempotency-Key answers 200 with the original."""
-    session, created = await _journal(request, tenant).create_session_ex(
+    session, created = await journal_for(request, tenant).create_session_ex(
         body.title,
         model=body.model,
         system_prompt=body.system_prompt,
         metadata=body.metadata,
         idempotency_key=key,
     )
-    return _created(SessionOut.of(session), created)
+    return created_response(SessionOut.of(session), created)
 
 
 @router.get("/sessions", tags=["sessions"])
@@ -132,14 +96,16 @@ async def list_sessions(
     cursor: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
 ) -> SessionPage:
     """Sessions, most recent activity first; follow `next_cursor` for the next page."""
-    sessions = await _journal(request, tenant).sessions(status=status, limit=limit, cursor=cursor)
+    sessions = await journal_for(request, tenant).sessions(
+        status=status, limit=limit, cursor=cursor
+    )
     next_cursor = sessions[-1].last_position if len(sessions) == limit else None
     return SessionPage(sessions=[SessionOut.of(s) for s in sessions], next_cursor=next_cursor)
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"])
 async def get_session(request: Request, session_id: str, tenant: Tenant) -> SessionOut:
-    return SessionOut.of(await _journal(request, tenant).get_session(session_id))
+    return SessionOut.of(await journal_for(request, tenant).get_session(session_id))
 
 
 @router.patch("/sessions/{session_id}", tags=["sessions"])
@@ -147,7 +113,7 @@ async def update_session(
     request: Request, session_id: str, body: UpdateSession, tenant: Tenant
 ) -> SessionOut:
     """Change title, metadata (replaced whole) or status; deleting here is a soft delete."""
-    session = await _journal(request, tenant).update_session(
+    session = await journal_for(request, tenant).update_session(
         session_id, title=body.title, metadata=body.metadata, status=body.status
     )
     return SessionOut.of(session)
@@ -158,7 +124,7 @@ async def delete_session(
     request: Request, session_id: str, tenant: Tenant, purge: bool = False
 ) -> SessionOut | Purged:
     """Soft delete (the session stays readable), or with ?purge=true remove it for good."""
-    journal = _journal(request, tenant)
+    journal = journal_for(request, tenant)
     if purge:
         count = await journal.purge_session(session_id, actor=f"http:{tenant}")
         return Purged(session_id=session_id, events_deleted=count)
@@ -169,20 +135,20 @@ async def delete_session(
     "/sessions/{session_id}/events",
     status_code=201,
     response_model=EventOut | EventList,
-    responses=_repeat(EventOut | EventList),
+    responses=repeat_doc(EventOut | EventList),
     tags=["events"],
 )
 async def append(
     request: Request, session_id: str, body: AppendOne | AppendBatch, tenant: Tenant
 ) -> JSONResponse:
     """Append one event, or a batch atomically (201; 200 for an idempotent repeat)."""
-    service = _service(request)
+    service = service_of(request)
     started = time.perf_counter()
     if isinstance(body, AppendBatch):
         batch = [event.model_dump() for event in body.events]
     else:
         batch = [body.model_dump(exclude={"expected_seq"})]
-    events, created = await _journal(request, tenant).append_many_ex(
+    events, created = await journal_for(request, tenant).append_many_ex(
         session_id, batch, expected_seq=body.expected_seq
     )
     if created:
@@ -192,7 +158,7 @@ async def append(
     rendered: EventOut | EventList = (
         EventList(events=out) if isinstance(body, AppendBatch) else out[0]
     )
-    return _created(rendered, created)
+    return created_response(rendered, created)
 
 
 @router.get("/sessions/{session_id}/events", tags=["events"])
@@ -203,7 +169,7 @@ async def events_page(
     after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventPage:
-    events = await _journal(request, tenant).events(session_id, after=after, limit=limit)
+    events = await journal_for(request, tenant).events(session_id, after=after, limit=limit)
     next_after = events[-1].seq if len(events) == limit else None
     return EventPage(events=[EventOut.of(e) for e in events], next_after=next_after)
 
@@ -231,8 +197,8 @@ async def stream_session(
         ):
             raise Problem(422, "Invalid request", "Last-Event-ID must be a seq (an integer)")
         after = int(last_event_id)
-    service = _service(request)
-    session = await _journal(request, tenant).get_session(session_id)  # 404 before streaming
+    service = service_of(request)
+    session = await journal_for(request, tenant).get_session(session_id)  # 404 before streaming
     service.check_streams(request.state.key_id)
     key_id = request.state.key_id
     return session_stream(service, tenant, key_id, session_id, after, follow, session.last_seq)
@@ -245,7 +211,7 @@ async def messages(
     tenant: Tenant,
     last: Annotated[int | None, Query(ge=1, le=1000)] = None,
 ) -> MessageList:
-    found = await _journal(request, tenant).messages(session_id, last=last)
+    found = await journal_for(request, tenant).messages(session_id, last=last)
     return MessageList(messages=[MessageOut.of(m) for m in found])
 
 
@@ -258,7 +224,7 @@ async def replay(
     until: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
 ) -> ReplayOut:
     """The message list a model accepts, as of `until` if given."""
-    out = await _journal(request, tenant).replay(session_id, until=until, format=format)
+    out = await journal_for(request, tenant).replay(session_id, until=until, format=format)
     return _replayed(out, format)
 
 
@@ -271,7 +237,9 @@ async def context(
     format: Format = "openai",
 ) -> ReplayOut:
     """The longest suffix of the replay that fits `max_tokens`."""
-    out = await _journal(request, tenant).context(session_id, max_tokens=max_tokens, format=format)
+    out = await journal_for(request, tenant).context(
+        session_id, max_tokens=max_tokens, format=format
+    )
     return _replayed(out, format)
 
 
@@ -279,7 +247,7 @@ async def context(
     "/sessions/{session_id}/fork",
     status_code=201,
     response_model=SessionOut,
-    responses=_repeat(SessionOut),
+    responses=repeat_doc(SessionOut),
     tags=["sessions"],
 )
 async def fork(
@@ -289,17 +257,17 @@ async def fork(
     tenant: Tenant,
     key: IdempotencyKey = None,
 ) -> JSONResponse:
-    session, created = await _journal(request, tenant).fork_ex(
+    session, created = await journal_for(request, tenant).fork_ex(
         session_id, body.at_seq, title=body.title, idempotency_key=key
     )
-    return _created(SessionOut.of(session), created)
+    return created_response(SessionOut.of(session), created)
 
 
 @router.post(
     "/sessions/{session_id}/compact",
     status_code=201,
     response_model=EventOut,
-    responses=_repeat(EventOut),
+    responses=repeat_doc(EventOut),
     tags=["events"],
 )
 async def compact(
@@ -316,8 +284,8 @@ async def compact(
             "idempotency_key": key,
         }
     ]
-    events, created = await _journal(request, tenant).append_many_ex(session_id, batch)
-    return _created(EventOut.of(events[0]), created)
+    events, created = await journal_for(request, tenant).append_many_ex(session_id, batch)
+    return created_response(EventOut.of(events[0]), created)
 
 
 @router.get(
@@ -340,7 +308,7 @@ async def stream_feed(
         after = last_event_id
     if after is not None and not (after.isascii() and after.isdigit() and int(after) <= MAX_INT):
         raise Problem(422, "Invalid request", "after / Last-Event-ID must be a position")
-    service = _service(request)
+    service = service_of(request)
     service.check_streams(request.state.key_id)
     return feed_stream(service, tenant, request.state.key_id, after, follow)
 
@@ -350,20 +318,31 @@ def create_app(
     *,
     limits: Limits | None = None,
     require_keys: bool | None = None,
+    agent: Agent | None = None,
 ) -> FastAPI:
     """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
-    soon as one active key exists; otherwise every request is tenant 'default'."""
+    soon as one active key exists; otherwise every request is tenant 'default'. With an `agent`,
+    `/turns` runs it, and start-up finishes the turns a crash cut before the first request."""
     keys = ApiKeys(journal.storage)
     service = Service(
         journal=AsyncJournal(journal),
         keys=keys,
         limits=limits or Limits(),
         open=not keys.any_active() if require_keys is None else not require_keys,
+        agent_host=None if agent is None else AgentHost(agent, journal),
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # uvicorn binds its socket only after this start-up part returns.
+        host = service.agent_host
+        if host is None:
+            await asyncio.to_thread(journal.recover, all_tenants=True)
+        else:
+            await asyncio.to_thread(host.start)
         yield
+        if host is not None:
+            await asyncio.to_thread(host.stop)
         await service.journal.close()
 
     app = FastAPI(
@@ -375,6 +354,8 @@ def create_app(
     app.state.service = service
     install_problem_handlers(app)
     app.include_router(router)
+    app.include_router(task_routes.router)
+    app.include_router(turn_routes.router)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Health:

@@ -7,25 +7,35 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentjournal.events import Event
-from agentjournal.projection import Message, Session
+from agentjournal.projection import Message, Session, Task
 
 __all__ = [
     "AppendBatch",
     "AppendOne",
+    "CancelRequest",
+    "ClaimRequest",
     "CompactRequest",
+    "CompleteRequest",
     "CreateSession",
+    "CreateTask",
     "EventIn",
     "EventList",
     "EventOut",
     "EventPage",
+    "FailRequest",
     "ForkRequest",
     "Health",
     "MessageList",
     "MessageOut",
+    "ProgressRequest",
     "Purged",
     "ReplayOut",
     "SessionOut",
     "SessionPage",
+    "TaskOut",
+    "TaskPage",
+    "TurnOut",
+    "TurnRequest",
     "UpdateSession",
 ]
 
@@ -165,3 +175,87 @@ class Purged(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+
+
+_TASK_TYPE = Field(
+    description="letters, digits and _.:- (1-128, starting with a letter or digit)",
+    pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+)
+
+
+class CreateTask(_In):
+    type: str = _TASK_TYPE
+    input: Any = Field(default=None, description="any JSON value")
+    parent_task_id: str | None = Field(default=None, min_length=1, max_length=128)
+    max_retries: int = Field(default=3, ge=0, le=100)
+
+
+class ClaimRequest(_In):
+    worker: str = Field(min_length=1, max_length=255, description="who holds the lease")
+    types: list[str] | None = Field(
+        default=None, min_length=1, description="task types to take; all if absent"
+    )
+    lease_seconds: float = Field(default=30.0, gt=0, le=7 * 24 * 3600)
+
+
+class ProgressRequest(_In):
+    attempt: int = Field(ge=1, description="the attempt the claim returned")
+    progress: float = Field(ge=0, le=1)
+    message: str | None = None
+
+
+class CompleteRequest(_In):
+    attempt: int = Field(ge=1)
+    output: Any = Field(default=None, description="any JSON value")
+
+
+class FailRequest(_In):
+    attempt: int = Field(ge=1)
+    error: str
+    retryable: bool = True
+
+
+class CancelRequest(_In):
+    reason: str | None = None
+
+
+class TaskOut(BaseModel):
+    task_id: str
+    session_id: str
+    tenant: str
+    type: str
+    input: Any
+    parent_task_id: str | None
+    status: Literal["pending", "running", "completed", "failed", "cancelled"]
+    progress: float
+    message: str | None
+    output: Any
+    error: str | None
+    attempt: int
+    retry_count: int
+    max_retries: int
+    lease_owner: str | None
+    lease_seconds: float | None
+    lease_expires_at: int | None
+    created_seq: int
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def of(cls, task: Task) -> TaskOut:
+        return cls.model_construct(**task.to_dict())
+
+
+class TaskPage(BaseModel):
+    tasks: list[TaskOut]
+    next_after: str | None = Field(description="pass as ?after= for the next page")
+
+
+class TurnRequest(_In):
+    content: str = Field(description="the user's message")
+
+
+class TurnOut(BaseModel):
+    session_id: str
+    reply: str = Field(description="the assistant's answer, durable before it was sent")
+    events: list[EventOut] = Field(description="every event the turn wrote, in order")

@@ -24,7 +24,14 @@ from agentjournal.errors import (
     UnknownToolCall,
 )
 
-__all__ = ["PROBLEM_JSON", "Problem", "install_problem_handlers", "problem_response"]
+__all__ = [
+    "PROBLEM_JSON",
+    "Problem",
+    "install_problem_handlers",
+    "journal_problem",
+    "problem_body",
+    "problem_response",
+]
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("agentjournal.server")
@@ -55,13 +62,18 @@ class Problem(Exception):
         self.extra = extra
 
 
-def problem_response(
-    status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
-) -> JSONResponse:
+def problem_body(status: int, title: str, detail: str, **extra: Any) -> dict[str, Any]:
     slug = title.lower().replace(" ", "-")
     body = {"type": f"urn:agentjournal:problem:{slug}", "title": title, "status": status}
     body["detail"] = detail
     body.update(extra)
+    return body
+
+
+def problem_response(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = problem_body(status, title, detail, **extra)
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.keys import ApiKeys, key_id_of
+from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.fanout import Fanout
 from agentjournal.server.problems import Problem
 
@@ -67,6 +68,7 @@ class Service:
     keys: ApiKeys
     limits: Limits
     open: bool
+    agent_host: AgentHost | None = None
     metrics: Metrics = field(default_factory=Metrics)
     fanout: Fanout = field(default_factory=Fanout)
     _known: dict[str, tuple[str, float]] = field(default_factory=dict)
