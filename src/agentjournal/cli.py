@@ -32,7 +32,7 @@ def demo(
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the database file afterwards.")] = False,
 ) -> None:
-    """Journal the seed's order conversation, SIGKILL the writer mid-write, reopen and replay.
+    """Run the seeds' order agent as a server, SIGKILL it mid-turn and mid-task, and resume.
 
     Example: agentjournal demo --db /tmp/demo.db --keep
     """
@@ -62,6 +62,9 @@ def serve(
             " function returning one). Cut turns are finished before the first request."
         ),
     ] = None,
+    task_lease: Annotated[
+        float, typer.Option(help="Lease (seconds) of the agent's task worker; renewed at 1/3.")
+    ] = 10.0,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -92,7 +95,7 @@ def serve(
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
     # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    app = create_app(journal, limits=limits, agent=hosted)
+    app = create_app(journal, limits=limits, agent=hosted, task_lease_seconds=task_lease)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

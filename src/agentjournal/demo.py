@@ -1,76 +1,126 @@
-"""`agentjournal demo`: the seeds' order-service conversation, survived through a SIGKILL.
+"""`agentjournal demo`: the seeds' order-service agent, run as a real server and killed twice.
 
-Phase 1: a writer process journals the 订单客服 conversation (each event durable before the next
-step), then streams writes into a load session. Phase 2: it is killed with SIGKILL while a write is
-in flight. Phase 3: the file is reopened and the conversation replayed exactly as the seed prints
-it. Phase 4: a second session proves isolation. Phase 5: a client resumes after event 4.
+The demo starts `agentjournal serve --agent demo` as a separate process on a new database and
+talks to it over HTTP, as a client would:
 
-Every table is printed from `events()`, `messages()` and `replay()` of the reopened file.
+1. two turns of the 订单客服 conversation; the six events they wrote are printed;
+2. the server is SIGKILLed, restarted, and killed again in the middle of a turn (a non-idempotent
+   `place_order`, between its tool call and its result);
+3. on restart the cut turn is finished by resume (the order is not placed twice) and the
+   conversation is replayed as the seed prints it;
+4. a second session, 文档助手, proves isolation;
+5. a client resumes the event stream after event 4;
+6. a long task is killed mid-progress with its server and finished by the next one's worker.
+
+Every table comes from the journal (`events()`, `replay()`, the SSE stream); nothing printed is
+typed into the demo except the user's messages.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+from httpx_sse import connect_sse
 from rich.console import Console
 from rich.table import Table
 
+from agentjournal.events import Event
 from agentjournal.journal import Journal
+from agentjournal.runtime.order_agent import PLACE_ORDER, QUERY_ORDERS, build, ledger_lines
 
 ORDER_SESSION = "sess_a"
 DOCS_SESSION = "sess_b"
-LOAD_SESSION = "sess_load"
-
-ORDER_CONVERSATION: list[tuple[str, dict[str, Any]]] = [
-    ("user_message", {"content": "你好"}),
-    ("assistant_message", {"content": "你好！我是订单客服助手，可以帮你查询订单数量。"}),
-    ("user_message", {"content": "帮我查一下订单数量"}),
-    ("tool_call", {"call_id": "call_1", "name": "query_order_count", "arguments": "{}"}),
-    ("tool_result", {"call_id": "call_1", "content": "42"}),
-    ("assistant_message", {"content": "你当前有 42 个订单。"}),
-]
+CHECKOUT_SESSION = "sess_c"
+REPORT_SESSION = "sess_r"
 DOCS_CONVERSATION: list[tuple[str, dict[str, Any]]] = [
     ("user_message", {"content": "帮我总结一下这份文档"}),
     ("assistant_message", {"content": "这份文档讲的是事件溯源：事件只追加，状态由重放得出。"}),
 ]
+START_TIMEOUT = 30.0
+TASK_LEASE_SECONDS = 1.5
 
 
-def run_writer(db: str) -> None:
-    """The child process: journal the conversation, then write until killed, acking each write."""
-    journal = Journal.open(db)
-    journal.create_session("订单客服", session_id=ORDER_SESSION)
-    for type_, payload in ORDER_CONVERSATION:
-        event = journal.append(ORDER_SESSION, type_, payload)
-        print(f"ack {event.session_id} {event.seq} {event.event_id}", flush=True)
-    journal.create_session("压测", session_id=LOAD_SESSION)
-    tick = 0
-    while True:
-        batch = [{"type": "demo.tick", "payload": {"n": tick + i}} for i in range(3)]
-        for event in journal.append_many(LOAD_SESSION, batch):
-            print(f"ack {event.session_id} {event.seq} {event.event_id}", flush=True)
-        tick += 3
+class Server:
+    """`agentjournal serve --agent demo` in a child process, restartable on the same file."""
+
+    def __init__(self, db: Path, workdir: Path) -> None:
+        self.db = db
+        self.env = {
+            **os.environ,
+            "AGENTJOURNAL_ORDER_LEDGER": str(workdir / "orders.jsonl"),
+            "AGENTJOURNAL_ORDER_DELAY": "1.0",
+            "AGENTJOURNAL_REPORT_STEP": "0.3",
+        }
+        self.log = workdir / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.base_url = ""
+
+    def start(self) -> httpx.Client:
+        port = _free_port()
+        command = [sys.executable, "-m", "agentjournal.cli", "serve", "--db", str(self.db)]
+        command += ["--port", str(port), "--agent", "demo"]
+        command += ["--task-lease", str(TASK_LEASE_SECONDS)]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=log)
+        self.base_url = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=self.base_url, timeout=30.0)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if client.get("/healthz").status_code == 200:
+                    return client
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start; see {self.log}")
+            time.sleep(0.05)
+
+    def kill(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _payload_text(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def events_table(journal: Journal, session_id: str, *, after: int = 0) -> Table:
-    table = Table(title=f"events of {session_id} after seq {after}", title_justify="left")
+def events_table(events: Sequence[Event], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
     for column in ("seq", "event_id", "session", "type", "payload"):
         # JSON has no spaces to wrap at: fold it rather than cut it on narrow terminals.
         table.add_column(column, no_wrap=column != "payload", overflow="fold")
-    for event in journal.events(session_id, after=after, limit=1000):
+    for event in events:
         table.add_row(
             str(event.seq),
             str(event.event_id),
@@ -79,6 +129,23 @@ def events_table(journal: Journal, session_id: str, *, after: int = 0) -> Table:
             _payload_text(event.payload),
         )
     return table
+
+
+def _events_of(page: dict[str, Any]) -> list[Event]:
+    return [_event(item) for item in page["events"]]
+
+
+def _event(item: dict[str, Any]) -> Event:
+    return Event(
+        item["event_id"],
+        item["session_id"],
+        item["seq"],
+        item["type"],
+        item["payload"],
+        item["created_at"],
+        item["idempotency_key"],
+        item["position"],
+    )
 
 
 def replay_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -110,88 +177,199 @@ def isolation_table(journal: Journal, session_ids: Sequence[str]) -> Table:
     return table
 
 
-def _kill_writer_mid_stream(db: str, console: Console) -> list[tuple[str, int, int]]:
-    """Start the writer, wait for the conversation and some load, SIGKILL it mid-write."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agentjournal.demo", db],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    acked: list[tuple[str, int, int]] = []
-    target = len(ORDER_CONVERSATION) + random.randint(30, 90)
+class Demo:
+    def __init__(self, db: Path, workdir: Path, console: Console) -> None:
+        self.db = db
+        self.workdir = workdir
+        self.console = console
+        self.server = Server(db, workdir)
+        self.checks: list[tuple[str, bool]] = []
+        self.acknowledged: list[Event] = []
+
+    def say(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def check(self, what: str, ok: bool) -> None:
+        self.checks.append((what, ok))
+        self.say(f"{'✓' if ok else '✗'} {what}")
+
+    def turn(self, client: httpx.Client, session_id: str, text: str) -> str:
+        response = client.post(f"/v1/sessions/{session_id}/turns", json={"content": text})
+        response.raise_for_status()
+        reply: str = response.json()["reply"]
+        self.say(f"  you: {text}\n  agent: {reply}")
+        return reply
+
+    def run(self) -> bool:
+        try:
+            client = self.phase_1_2()
+            client = self.phase_3(client)
+            self.phase_4_5(client)
+            self.phase_6(client)
+        finally:
+            self.server.stop()
+        return all(ok for _, ok in self.checks)
+
+    def create_agent_session(self, session_id: str, title: str) -> None:
+        # Fixed ids, as the seed prints them (the HTTP API always generates ids).
+        with Journal.open(self.db) as journal:
+            build().create_session(journal, title, session_id=session_id)
+
+    def phase_1_2(self) -> httpx.Client:
+        self.console.rule("Phase 1 · two turns over HTTP with `agentjournal serve --agent demo`")
+        self.say("Each step is journaled before the agent acts on it; a reply is sent once stored.")
+        self.create_agent_session(ORDER_SESSION, "订单客服")
+        client = self.server.start()
+        self.turn(client, ORDER_SESSION, "你好")
+        self.turn(client, ORDER_SESSION, QUERY_ORDERS)
+        page = client.get(f"/v1/sessions/{ORDER_SESSION}/events", params={"after": 1}).json()
+        self.acknowledged = _events_of(page)
+        self.console.print(
+            events_table(self.acknowledged, f"events of {ORDER_SESSION} after seq 1")
+        )
+
+        self.console.rule("Phase 2 · SIGKILL the server, then again in the middle of a turn")
+        self.say("A crash loses nothing acknowledged, and a turn cut mid-tool is not lost either.")
+        pid = self.server.kill()
+        self.say(f"SIGKILL sent to server pid {pid} (at rest).")
+        client = self.server.start()
+        self.create_agent_session(CHECKOUT_SESSION, "下单")
+        self.say(f"  you: {PLACE_ORDER}")
+        with connect_sse(
+            client,
+            "POST",
+            f"/v1/sessions/{CHECKOUT_SESSION}/turns",
+            json={"content": PLACE_ORDER},
+        ) as source:
+            for frame in source.iter_sse():
+                self.say(f"  stream: id={frame.id} {frame.event}")
+                if frame.event == "tool_call":
+                    pid = self.server.kill()
+                    break
+        self.say(
+            f"SIGKILL sent to server pid {pid} between place_order's tool call and its result."
+        )
+        return client
+
+    def phase_3(self, client: httpx.Client) -> httpx.Client:
+        self.console.rule("Phase 3 · restart: resume finishes the cut turn; the replay is intact")
+        self.say("Start-up finishes cut turns before the first request; no order is placed twice.")
+        client = self.server.start()
+        page = client.get(f"/v1/sessions/{ORDER_SESSION}/events", params={"after": 1}).json()
+        self.check(
+            f"all {len(self.acknowledged)} acknowledged events of {ORDER_SESSION} survived both"
+            " kills",
+            _events_of(page) == self.acknowledged,
+        )
+        page = client.get(f"/v1/sessions/{CHECKOUT_SESSION}/events", params={"after": 1}).json()
+        cut = _events_of(page)
+        self.console.print(events_table(cut, f"events of {CHECKOUT_SESSION} after seq 1"))
+        orders = ledger_lines(self.workdir / "orders.jsonl")
+        self.check(
+            f"place_order ran {len(orders)} times: it is not idempotent, so resume did not run it"
+            " again; its call got an error result and the agent told the user",
+            len(orders) == 0 and cut[-1].type == "assistant_message",
+        )
+        with Journal.open(self.db) as journal:
+            report = journal.verify()
+            replayed = journal.replay(ORDER_SESSION)
+            self.check(
+                f"verify(): ok={report.ok}, {report.events_checked} events checked,"
+                f" {len(report.differences)} projection differences",
+                report.ok,
+            )
+        assert isinstance(replayed, list)
+        self.say(f"replay({ORDER_SESSION}), the message list sent back to the model:")
+        for line in replay_lines(replayed):
+            self.say(line)
+        return client
+
+    def phase_4_5(self, client: httpx.Client) -> None:
+        self.console.rule("Phase 4 · a second session, 文档助手, proves isolation")
+        self.say("Sessions never see each other's rows; appending to one leaves the other as is.")
+        with Journal.open(self.db) as journal:
+            before = journal.messages(ORDER_SESSION)
+            journal.create_session("文档助手", session_id=DOCS_SESSION)
+            batch = [{"type": t, "payload": p} for t, p in DOCS_CONVERSATION]
+            client.post(f"/v1/sessions/{DOCS_SESSION}/events", json={"events": batch})
+            unchanged = journal.messages(ORDER_SESSION) == before
+            self.console.print(isolation_table(journal, [ORDER_SESSION, DOCS_SESSION]))
+        self.check(
+            f"{ORDER_SESSION}'s messages are the same before and after {DOCS_SESSION}", unchanged
+        )
+
+        self.console.rule("Phase 5 · a client reconnects and resumes the stream after event 4")
+        self.say("The stream resumes after the last event the client saw: no gap, no duplicate.")
+        events = []
+        with connect_sse(
+            client,
+            "GET",
+            f"/v1/sessions/{ORDER_SESSION}/events/stream",
+            params={"follow": "false"},
+            headers={"Last-Event-ID": "4"},
+        ) as source:
+            events = [_event(json.loads(frame.data)) for frame in source.iter_sse() if frame.id]
+        self.console.print(events_table(events, f"SSE of {ORDER_SESSION} after Last-Event-ID 4"))
+
+    def phase_6(self, client: httpx.Client) -> None:
+        self.console.rule("Phase 6 · a long task killed mid-progress, finished after restart")
+        self.say("A task's lease outlives its worker; the next worker takes it over and continues.")
+        self.create_agent_session(REPORT_SESSION, "订单报表")
+        task = client.post(f"/v1/sessions/{REPORT_SESSION}/tasks", json={"type": "report.orders"})
+        task_id = task.json()["task_id"]
+        state = self._wait_task(client, task_id, lambda t: t["progress"] >= 0.4)
+        pid = self.server.kill()
+        self.say(
+            f"SIGKILL sent to server pid {pid} with the task at {state['progress']:.0%}"
+            f" (attempt {state['attempt']})."
+        )
+        client = self.server.start()
+        done = self._wait_task(client, task_id, lambda t: t["status"] not in ("pending", "running"))
+        self.say(
+            f"task {done['status']} by attempt {done['attempt']}: it continued from step"
+            f" {done['output']['resumed_from']} of 10; output {json.dumps(done['output'])}"
+        )
+        self.check(
+            "the task finished once, on its second attempt, after the restart",
+            done["status"] == "completed" and done["attempt"] == 2,
+        )
+
+    def _wait_task(
+        self, client: httpx.Client, task_id: str, until: Any, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state: dict[str, Any] = client.get(f"/v1/tasks/{task_id}").json()
+            if until(state):
+                return state
+            time.sleep(0.05)
+        raise RuntimeError(f"task {task_id} did not get there in {timeout} s: {state}")
+
+
+@contextmanager
+def _workdir(db: str | None, keep: bool) -> Iterator[tuple[Path, Path]]:
+    workdir = Path(tempfile.mkdtemp(prefix="agentjournal-demo-"))
     try:
-        for line in child.stdout:
-            _, session_id, seq, event_id = line.split()
-            acked.append((session_id, int(seq), int(event_id)))
-            if len(acked) >= target:
-                break
-        os.kill(child.pid, signal.SIGKILL)
+        yield (Path(db) if db else workdir / "demo.db"), workdir
     finally:
-        child.kill()
-        child.wait()
-    loaded = len(acked) - len(ORDER_CONVERSATION)
-    console.print(
-        f"[bold]SIGKILL[/] sent to writer pid {child.pid} while it was writing the load session"
-        f" ({loaded} load events acknowledged before the kill)."
-    )
-    return acked
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(db: str | None = None, *, keep: bool = False) -> int:
     console = Console(highlight=False)
-    workdir = None if db else tempfile.mkdtemp(prefix="agentjournal-demo-")
-    path = db or str(Path(workdir or ".") / "demo.db")
-    if Path(path).exists():
-        console.print(f"[red]{path} exists; the demo needs a new file.[/]")
+    if db and Path(db).exists():
+        console.print(f"[red]{db} exists; the demo needs a new file.[/]")
         return 2
     started = time.perf_counter()
-
-    console.rule("Phase 1-2 · a writer journals the conversation, then is killed with SIGKILL")
-    acked = _kill_writer_mid_stream(path, console)
-
-    console.rule("Phase 3 · reopen the file: every acknowledged event is there")
-    with Journal.open(path) as journal:
-        present = {e.event_id for e in journal.events_all(limit=10_000)}
-        lost = [a for a in acked if a[2] not in present]
-        report = journal.verify()
-        console.print(
-            f"{len(acked)} acknowledged events, {len(lost)} lost; "
-            f"verify(): ok={report.ok}, {report.events_checked} events checked, "
-            f"{len(report.differences)} projection differences."
-        )
-        console.print(events_table(journal, ORDER_SESSION, after=1))
-        console.print("replay(sess_a), the message list sent back to the model:")
-        replayed = journal.replay(ORDER_SESSION)
-        assert isinstance(replayed, list)
-        for line in replay_lines(replayed):
-            console.print(line, markup=False)
-
-        console.rule("Phase 4 · a second session, 文档助手, proves isolation")
-        before = journal.messages(ORDER_SESSION)
-        journal.create_session("文档助手", session_id=DOCS_SESSION)
-        for type_, payload in DOCS_CONVERSATION:
-            journal.append(DOCS_SESSION, type_, payload)
-        unchanged = journal.messages(ORDER_SESSION) == before
-        console.print(isolation_table(journal, [ORDER_SESSION, DOCS_SESSION]))
-        console.print(f"sess_a's messages are the same before and after sess_b: {unchanged}")
-
-        console.rule("Phase 5 · a client reconnects and resumes after event 4")
-        console.print(events_table(journal, ORDER_SESSION, after=4))
-        ok = not lost and report.ok and unchanged
-    console.rule()
-    elapsed = time.perf_counter() - started
-    verdict = "[green]all checks passed[/]" if ok else "[red]a check failed[/]"
-    console.print(
-        f"{verdict} in {elapsed:.1f} s. Database: {path}" + ("" if keep else " (removed)")
-    )
-    if not keep:
-        for suffix in ("", "-wal", "-shm"):
-            Path(path + suffix).unlink(missing_ok=True)
-        if workdir:
-            os.rmdir(workdir)
+    with _workdir(db, keep) as (path, workdir):
+        demo = Demo(path, workdir, console)
+        ok = demo.run()
+        console.rule()
+        verdict = "[green]all checks passed[/]" if ok else "[red]a check failed[/]"
+        where = f"Database: {path}" + ("" if keep or db else " (removed)")
+        console.print(f"{verdict} in {time.perf_counter() - started:.1f} s. {where}")
+        if db and not keep:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    run_writer(sys.argv[1])

@@ -262,8 +262,11 @@ class Journal:
             # stream (which ends with the deletion) shows them.
             state = self._state(tx, session_id)
             if state is not None and state.status != "deleted":
-                doomed = tx.open_tasks(session_id)
-                cancels = [{"task_id": t.task_id, "reason": "session deleted"} for t in doomed]
+                cancels = [
+                    {"task_id": t.task_id, "reason": "session deleted"}
+                    for t in tx.session_tasks(session_id)
+                    if t.status in transitions.OPEN_STATUSES
+                ]
                 self._append_tx(tx, session_id, [("task_cancelled", c) for c in cancels])
             self._append_tx(tx, session_id, [event])
 
@@ -796,7 +799,7 @@ class Journal:
 
         def work(tx: WriteTx) -> None:
             task = self._task_tx(tx, task_id)
-            family = tx.open_tasks(task.session_id)
+            family = tx.session_tasks(task.session_id)
             cancels = transitions.cancelled(task, family, reason)
             self._append_tx(tx, task.session_id, [("task_cancelled", c) for c in cancels])
 

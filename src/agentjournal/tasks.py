@@ -8,6 +8,7 @@ the fold never has to decide anything again.
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 from collections.abc import Sequence
@@ -48,9 +49,13 @@ class Recovery:
     open_turns: list[Session] = field(default_factory=list)
 
 
+_created = itertools.count()  # next() is atomic under the GIL: no two threads get one number
+
+
 def new_task_id(now_ms: int) -> str:
-    """Time first, then randomness: ids sort in creation order, which is the queue's order."""
-    return f"task_{now_ms:012x}{secrets.token_hex(6)}"
+    """Time, then a per-process counter, then randomness: ids sort in creation order (also within
+    one millisecond of one process), which is the queue's order."""
+    return f"task_{now_ms:012x}{next(_created) % 0x1000000:06x}{secrets.token_hex(3)}"
 
 
 def created(
@@ -141,17 +146,18 @@ def expired(task: Task) -> dict[str, Any]:
 
 
 def cancelled(task: Task, family: Sequence[Task], reason: str | None) -> list[dict[str, Any]]:
-    """`cancel_task`: the task and its open sub-tasks (from `family`, the session's open
-    tasks), the deepest first."""
+    """`cancel_task`: the task and its open descendants (found in `family`, the session's
+    tasks, also below children that already ended), the deepest first."""
     if task.status not in OPEN_STATUSES:
         raise Conflict(
             f"task {task.task_id!r} is {task.status}; only pending or running tasks can be "
             "cancelled"
         )
-    doomed, frontier = [task], {task.task_id}
+    descendants, frontier = [task], {task.task_id}
     while frontier:
         children = [t for t in family if t.parent_task_id in frontier]
-        doomed += children
+        descendants += children
         frontier = {t.task_id for t in children}
     extra = {} if reason is None else {"reason": reason}
-    return [{"task_id": t.task_id} | extra for t in reversed(doomed)]
+    doomed = [t for t in reversed(descendants) if t.status in OPEN_STATUSES]
+    return [{"task_id": t.task_id} | extra for t in doomed]

@@ -86,8 +86,8 @@ class WriteTx(Protocol):
         """Running tasks whose lease ended before `now` (of one tenant, or of all), oldest
         lease first."""
 
-    def open_tasks(self, session_id: str) -> list[Task]:
-        """The session's pending and running tasks, in creation order."""
+    def session_tasks(self, session_id: str) -> list[Task]:
+        """Every task of the session, in creation order."""
 
     def insert_session(
         self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None

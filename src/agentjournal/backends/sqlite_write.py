@@ -214,11 +214,8 @@ class SQLiteTx:
             (now, tenant, limit),
         )
 
-    def open_tasks(self, session_id: str) -> list[Task]:
-        return self._tasks(
-            "session_id = ? AND status IN ('pending', 'running') ORDER BY created_seq",
-            (session_id,),
-        )
+    def session_tasks(self, session_id: str) -> list[Task]:
+        return self._tasks("session_id = ? ORDER BY created_seq", (session_id,))
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -319,6 +319,7 @@ def create_app(
     limits: Limits | None = None,
     require_keys: bool | None = None,
     agent: Agent | None = None,
+    task_lease_seconds: float = 10.0,
 ) -> FastAPI:
     """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
     soon as one active key exists; otherwise every request is tenant 'default'. With an `agent`,
@@ -329,7 +330,9 @@ def create_app(
         keys=keys,
         limits=limits or Limits(),
         open=not keys.any_active() if require_keys is None else not require_keys,
-        agent_host=None if agent is None else AgentHost(agent, journal),
+        agent_host=(
+            None if agent is None else AgentHost(agent, journal, lease_seconds=task_lease_seconds)
+        ),
     )
 
     @asynccontextmanager

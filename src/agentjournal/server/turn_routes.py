@@ -43,6 +43,7 @@ def _frame(event: Event) -> ServerSentEvent:
     status_code=201,
     response_model=TurnOut,
     responses={
+        201: {"content": {"text/event-stream": {}}},
         200: {
             "model": TurnOut,
             "description": "an idempotent repeat: the original turn",
@@ -64,9 +65,9 @@ async def run_turn(
     that disconnects does not stop the turn."""
     service = service_of(request)
     host = service.agent_host
+    session = await journal_for(request, tenant).get_session(session_id)
     if host is None:
         raise Problem(409, "No agent", "this server runs no agent; start it with --agent NAME")
-    session = await journal_for(request, tenant).get_session(session_id)
     if session.metadata.get("agent") != host.agent.name:
         raise Problem(
             409,
