@@ -303,3 +303,23 @@ def test_a_subscriber_on_a_closed_loop_does_not_fail_writers(db_path: Path) -> N
         task.get_coro().close()
         task._log_destroy_pending = False  # type: ignore[attr-defined]
         asyncio.run(aj.close())
+
+
+def test_every_public_verb_of_journal_has_an_async_twin() -> None:
+    import inspect
+
+    from agentjournal import Journal
+
+    plumbing = {"open", "close", "for_tenant", "prepare_batch"}
+    verbs = {
+        name
+        for name, member in vars(Journal).items()
+        if not name.startswith("_") and callable(member) and name not in plumbing
+    }
+    missing = sorted(v for v in verbs if not hasattr(AsyncJournal, v))
+    assert not missing, f"AsyncJournal lacks {missing}"
+    for name in verbs:
+        twin = getattr(AsyncJournal, name)
+        assert inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin), name
+        sync_params = list(inspect.signature(getattr(Journal, name)).parameters)
+        assert list(inspect.signature(twin).parameters) == sync_params, name

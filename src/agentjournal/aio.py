@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 from agentjournal.events import DEFAULT_MAX_PAYLOAD_BYTES, Event
 from agentjournal.journal import Durability, EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
-from agentjournal.replay import Format, Tokenizer
+from agentjournal.replay import ContextFit, Format, Tokenizer
 from agentjournal.tasks import DEFAULT_LEASE_SECONDS, Recovery
 from agentjournal.verify import VerifyReport
 
@@ -256,6 +256,22 @@ class AsyncJournal:
             format=format,
         )
 
+    async def context_fit(
+        self,
+        session_id: str,
+        *,
+        max_tokens: int,
+        tokenizer: Tokenizer | None = None,
+        format: Format = "openai",
+    ) -> ContextFit:
+        return await self._run(
+            self.journal.context_fit,
+            session_id,
+            max_tokens=max_tokens,
+            tokenizer=tokenizer,
+            format=format,
+        )
+
     async def verify(self, *, rebuild: bool = False) -> VerifyReport:
         return await self._run(self.journal.verify, rebuild=rebuild)
 
@@ -352,6 +368,9 @@ class AsyncJournal:
 
     async def recover(self, *, all_tenants: bool = False) -> Recovery:
         return await self._run(self.journal.recover, all_tenants=all_tenants)
+
+    async def open_turns(self, *, all_tenants: bool = False) -> list[Session]:
+        return await self._run(self.journal.open_turns, all_tenants=all_tenants)
 
     async def subscribe(
         self, session_id: str, *, after: int = 0, poll_interval: float = 0.2
