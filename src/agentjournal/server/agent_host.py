@@ -64,12 +64,13 @@ class AgentHost:
             )
             self._spawn(lambda: worker.run(self._stop), "agentjournal-worker")
 
-    def stop(self) -> None:
-        """Let running turns and the task in hand finish, then stop."""
+    def stop(self, grace_seconds: float = 5.0) -> None:
+        """Let running turns finish, give the task in hand `grace_seconds`, then stop. A task
+        still running after that keeps its lease until it expires; the next start retries it."""
         self._stop.set()
         self._pool.shutdown(wait=True)
         for thread in self._threads:
-            thread.join()
+            thread.join(grace_seconds)
 
     def run_turn(
         self,
