@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentjournal.errors import Conflict, InvalidArgument, ModelError
@@ -172,13 +172,10 @@ class Agent:
                 " cut it and resume has not finished it yet); wait for it and retry"
             )
         message = NewEvent("user_message", {"content": text}, idempotency_key)
-        written, created = journal.append_many_ex(
-            session_id, [message], expected_seq=session.last_seq
-        )
+        turn = _Turn(journal, session_id, on_event, session.last_seq)
+        written, created = turn.append_many([message])
         if not created:
             return self._repeat(journal, session_id, written[0].seq)
-        turn = _Turn(journal, session_id, on_event)
-        turn.wrote(written)
         return self._continue(turn)
 
     def finish_turn(
@@ -232,14 +229,15 @@ class Agent:
                 if not reply.content
                 else [NewEvent("assistant_message", {"content": reply.content})]
             )
+            calls = _fresh_ids(reply.tool_calls, turn.journal, turn.session_id)
             batch += [
                 NewEvent(
                     "tool_call", {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
                 )
-                for c in reply.tool_calls
+                for c in calls
             ]
             turn.append_many(batch)
-            for call in reply.tool_calls:
+            for call in calls:
                 content, is_error = self._run_tool(
                     turn.session_id, call.call_id, call.name, call.arguments
                 )
@@ -280,6 +278,24 @@ class Agent:
         return json.dumps(result, ensure_ascii=False), False
 
 
+def _fresh_ids(
+    calls: Sequence[RequestedCall], journal: Journal, session_id: str
+) -> list[RequestedCall]:
+    """The calls, with any call id the session (or this reply) used before renamed: a model that
+    numbers its calls over a cut context, or a server that reuses ids, must not wedge the turn
+    (call ids are unique per session). The model sees the new ids in the replay."""
+    used = {call.call_id for call in journal.tool_calls(session_id)}
+    fresh = []
+    for call in calls:
+        call_id, n = call.call_id, 1
+        while call_id in used:
+            n += 1
+            call_id = f"{call.call_id}_{n}"
+        used.add(call_id)
+        fresh.append(replace(call, call_id=call_id))
+    return fresh
+
+
 def _result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
     payload: dict[str, Any] = {"call_id": call_id, "content": content}
     if is_error:
@@ -288,7 +304,12 @@ def _result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
 
 
 class _Turn:
-    """The appends of one turn, each expecting the seq the previous one left."""
+    """The appends of one turn, each expecting the seq the previous one left.
+
+    Events that are not part of any turn (task events, say, from a tool or a worker on the same
+    session) may land between two of the turn's appends; the turn then expects the seq after
+    them. Any turn event in between means someone else is talking: `Conflict`.
+    """
 
     def __init__(
         self, journal: Journal, session_id: str, on_event: EventHook | None, last_seq: int = 0
@@ -310,8 +331,22 @@ class _Turn:
         self.append_many([NewEvent(type_, payload)])
         return self.events[-1]
 
-    def append_many(self, batch: list[NewEvent]) -> None:
-        self.wrote(self.journal.append_many(self.session_id, batch, expected_seq=self.last_seq))
+    def append_many(self, batch: list[NewEvent]) -> tuple[list[Event], bool]:
+        """Append the batch; (the originals, False) if it was an idempotent repeat."""
+        while True:
+            try:
+                written, created = self.journal.append_many_ex(
+                    self.session_id, batch, expected_seq=self.last_seq
+                )
+            except Conflict:
+                between = self.journal.events(self.session_id, after=self.last_seq, limit=MAX_PAGE)
+                if not between or any(e.type in TURN_EVENTS for e in between):
+                    raise
+                self.last_seq = between[-1].seq
+                continue
+            if created:
+                self.wrote(written)
+            return written, created
 
     def finish(self, reply: str, usage: dict[str, int]) -> TurnResult:
         payload: dict[str, Any] = {"content": reply}

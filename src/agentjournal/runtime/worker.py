@@ -132,6 +132,8 @@ class Worker:
                 run.heartbeat()
             except Conflict:
                 return  # the attempt is over; the handler learns at its next progress()
+            except Exception:  # a busy or failing disk: the next beat may still save the lease
+                log.exception("task %s: heartbeat failed", run.task.task_id)
 
     def _report(self, report: Callable[[], Task], task: Task) -> Task:
         try:
