@@ -27,7 +27,11 @@ def resume_incomplete(
 ) -> ResumeReport:
     """Finish every cut turn in sessions whose `metadata.agent` names one of `agents` (never a
     chat whose replies come from elsewhere). Never raises for one session's trouble: it reports
-    it (the model unreachable, say) and a later call tries again."""
+    it (the model unreachable, say) and a later call tries again.
+
+    Run it where no turn of those sessions is in flight (at start-up, before serving): a turn
+    holds no lease, so a turn still running in another process would be taken for a cut one
+    (its non-idempotent call marked interrupted, its next append a `Conflict`)."""
     by_name = {agent.name: agent for agent in agents}
     report = ResumeReport()
     for session in journal.open_turns(all_tenants=all_tenants):
