@@ -97,6 +97,7 @@ CREATE TABLE tool_calls (
     result_seq INTEGER, PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
 CREATE INDEX tool_calls_by_seq ON tool_calls (session_id, call_seq);
+CREATE INDEX tool_calls_open ON tool_calls (session_id) WHERE status = 'pending';
 """
 
 

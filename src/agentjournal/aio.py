@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -232,8 +232,16 @@ class AsyncJournal:
     async def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
         return await self._run(self.journal.messages, session_id, last=last)
 
-    async def tool_calls(self, session_id: str) -> list[ToolCall]:
-        return await self._run(self.journal.tool_calls, session_id)
+    async def tool_calls(
+        self,
+        session_id: str,
+        *,
+        call_ids: Collection[str] | None = None,
+        open_only: bool = False,
+    ) -> list[ToolCall]:
+        return await self._run(
+            self.journal.tool_calls, session_id, call_ids=call_ids, open_only=open_only
+        )
 
     async def replay(
         self, session_id: str, *, until: int | None = None, format: Format = "openai"

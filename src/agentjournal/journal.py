@@ -7,7 +7,7 @@ import base64
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -536,9 +536,25 @@ class Journal:
             self.get_session(session_id)
         return messages
 
-    def tool_calls(self, session_id: str) -> list[ToolCall]:
-        """Every tool call of the session with its result, if it has one, in call order."""
-        calls = self.storage.tool_calls(self.tenant, _check_id(session_id, "session_id"))
+    def tool_calls(
+        self,
+        session_id: str,
+        *,
+        call_ids: Collection[str] | None = None,
+        open_only: bool = False,
+    ) -> list[ToolCall]:
+        """The session's tool calls with their results, if they have one, in call order: all, or
+        those named in `call_ids`, or (`open_only`) those still waiting for their result."""
+        if call_ids is not None and (
+            isinstance(call_ids, str) or not all(isinstance(c, str) for c in call_ids)
+        ):
+            raise InvalidArgument("call_ids must be a collection of call id strings")
+        calls = self.storage.tool_calls(
+            self.tenant,
+            _check_id(session_id, "session_id"),
+            call_ids=call_ids,
+            open_only=open_only,
+        )
         if not calls:
             self.get_session(session_id)
         return calls

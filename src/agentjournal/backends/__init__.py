@@ -157,7 +157,16 @@ class Storage(Protocol):
 
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]: ...
 
-    def tool_calls(self, tenant: str, session_id: str) -> list[ToolCall]: ...
+    def tool_calls(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        call_ids: Collection[str] | None = None,
+        open_only: bool = False,
+    ) -> list[ToolCall]:
+        """In call order; only `call_ids` if given; only calls without a result if `open_only`
+        (each read through an index, whatever the session's length)."""
 
     def task(self, tenant: str, task_id: str) -> Task | None: ...
 

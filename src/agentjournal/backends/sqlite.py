@@ -9,10 +9,11 @@ transaction stays open while a subscriber waits and checkpoints are never starve
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -294,12 +295,25 @@ class SQLiteStorage:
         )
         return [Message(*row) for row in reversed(rows)]
 
-    def tool_calls(self, tenant: str, session_id: str) -> list[ToolCall]:
+    def tool_calls(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        call_ids: Collection[str] | None = None,
+        open_only: bool = False,
+    ) -> list[ToolCall]:
+        where, params = "t.session_id = ? AND s.tenant = ?", [session_id, tenant]
+        if call_ids is not None:
+            where += " AND t.call_id IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(list(call_ids), ensure_ascii=False))
+        if open_only:
+            where += " AND t.status = 'pending'"
         rows = self._read(
             f"SELECT {', '.join('t.' + c for c in TOOL_CALL_COLUMNS.split(', '))}"
-            " FROM tool_calls t JOIN sessions s USING (session_id)"
-            " WHERE t.session_id = ? AND s.tenant = ? ORDER BY t.call_seq",
-            (session_id, tenant),
+            f" FROM tool_calls t JOIN sessions s USING (session_id) WHERE {where}"
+            " ORDER BY t.call_seq",
+            params,
         )
         return [ToolCall(*row) for row in rows]
 

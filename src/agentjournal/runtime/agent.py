@@ -186,9 +186,7 @@ class Agent:
         if not session.turn_open:
             return None
         turn = _Turn(journal, session_id, on_event, session.last_seq)
-        for call in journal.tool_calls(session_id):
-            if call.status != "pending":
-                continue
+        for call in journal.tool_calls(session_id, open_only=True):
             tool = self.tools.get(call.name)
             if tool is not None and tool.idempotent:
                 content, is_error = self._run_tool(
@@ -284,14 +282,14 @@ def _fresh_ids(
     """The calls, with any call id the session (or this reply) used before renamed: a model that
     numbers its calls over a cut context, or a server that reuses ids, must not wedge the turn
     (call ids are unique per session). The model sees the new ids in the replay."""
-    used = {call.call_id for call in journal.tool_calls(session_id)}
-    fresh = []
+    fresh: list[RequestedCall] = []
     for call in calls:
         call_id, n = call.call_id, 1
-        while call_id in used:
+        while any(call_id == c.call_id for c in fresh) or journal.tool_calls(
+            session_id, call_ids=[call_id]
+        ):
             n += 1
             call_id = f"{call.call_id}_{n}"
-        used.add(call_id)
         fresh.append(replace(call, call_id=call_id))
     return fresh
 

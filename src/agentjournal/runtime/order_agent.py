@@ -10,6 +10,7 @@ counts the orders in ten steps, continuing from its last reported progress after
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -50,6 +51,7 @@ def place_order(arguments: dict[str, Any], invocation: Invocation) -> str:
     if not ledger:
         return "A-1001"
     with open(ledger, "a+", encoding="utf-8") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)  # concurrent turns must not number two orders alike
         file.seek(0)
         number = 1001 + sum(1 for _ in file)
         file.write(json.dumps({"key": invocation.key, "item": arguments.get("item")}) + "\n")

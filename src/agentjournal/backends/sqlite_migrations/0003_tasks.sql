@@ -45,6 +45,8 @@ UPDATE sessions SET turn_open = coalesce((
      ORDER BY e.seq DESC LIMIT 1
 ), 0);
 CREATE INDEX sessions_turn_open ON sessions (tenant) WHERE turn_open = 1;
+-- The calls of a cut turn that still wait for their result (resume reads only these).
+CREATE INDEX tool_calls_open ON tool_calls (session_id) WHERE status = 'pending';
 
 -- The counters, and now turn_open, follow each new event inside SQLite (no round trip per event).
 DROP TRIGGER events_advance_session;
