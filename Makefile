@@ -28,6 +28,7 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python bench/journal_bench.py
+	$(BIN)/python bench/recover_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

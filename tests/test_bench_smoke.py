@@ -81,3 +81,27 @@ def test_raw_baseline_has_the_same_tables_and_indexes_as_the_journal(tmp_path: P
     finally:
         ours.close()
         raw.close()
+
+
+def test_recover_bench_runs_small_and_checks_what_it_times(tmp_path: Path) -> None:
+    """bench/recover_bench.py at a small scale: it prints its table, and it checks every timed
+    recover() did its work (50 tasks back to pending, the cut turns listed)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH.parent / "recover_bench.py"),
+            "--events",
+            "20000",
+            "--sessions",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    for row in ("recover() (journal already open)", "Journal.open() + recover()", "naive"):
+        assert row in done.stdout, done.stdout
+    assert "put 50 expired tasks back to pending" in done.stdout
