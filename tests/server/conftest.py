@@ -5,9 +5,11 @@
 - `keyed_server`: API keys created before start for tenants "acme" and "beta"; `.keys` maps
   tenant -> key. Module scope.
 - `client`: an `httpx.Client` on `server.base_url`.
-- `start_server`: a factory for servers with other flags (limits, rate); each is stopped at the
-  end of the module. Example: `start_server("--rate-limit", "5", tenants=("acme",))`, or
-  `start_server(limits={"heartbeat_seconds": 0.2})` for limits the CLI has no flag for.
+- `start_server`: a factory for servers with other flags (limits, rate, agent); each is stopped at
+  the end of the module. Example: `start_server("--rate-limit", "5", tenants=("acme",))`,
+  `start_server(limits={"heartbeat_seconds": 0.2})` for limits the CLI has no flag for, or
+  `start_server("--agent", "demo", env={"AGENTJOURNAL_ORDER_DELAY": "0"})` (`env` is added to
+  this process' environment for the child).
 - `RunningServer.headers(tenant)`: the `Authorization: Bearer` header dict of that tenant's key.
 
 Every server is reachable on loopback only; nothing here sends traffic anywhere else.
@@ -127,10 +129,12 @@ def launch(
     limits: dict[str, Any] | None = None,
     log_dir: Path | None = None,
     timeout: float = START_TIMEOUT,
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
     """Start `agentjournal serve --db db_path <args>` (or, with `limits`, the app with those
     `Limits` under uvicorn) on a free loopback port and wait until GET /healthz answers 200.
-    Retries on another port if the process dies at start (port race)."""
+    `env` is added to this process' environment for the child. Retries on another port if the
+    process dies at start (port race)."""
     log_dir = log_dir or db_path.parent
     last_log = ""
     for attempt in range(3):
@@ -146,7 +150,7 @@ def launch(
                 argv,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             )
         running = RunningServer(
             f"http://127.0.0.1:{port}", db_path, port, process, log_path, dict(keys or {})
@@ -167,10 +171,11 @@ StartServer = Callable[..., RunningServer]
 
 @pytest.fixture(scope="module")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
-    """Factory: `start_server(*serve_args, tenants=(), db_path=None, limits=None)` ->
+    """Factory: `start_server(*serve_args, tenants=(), db_path=None, limits=None, env=None)` ->
     RunningServer. Keys for `tenants` are created before start (then the server requires keys).
     `limits` (a dict of `agentjournal.server.Limits` fields) runs the app with those limits
-    instead of the CLI, ignoring `serve_args`. All are stopped (SIGTERM) when the module ends."""
+    instead of the CLI, ignoring `serve_args`. `env` is added to the child's environment. All
+    are stopped (SIGTERM) when the module ends."""
     started: list[RunningServer] = []
 
     def start(
@@ -178,11 +183,12 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServ
         tenants: Sequence[str] = (),
         db_path: Path | None = None,
         limits: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
     ) -> RunningServer:
         if db_path is None:
             db_path = tmp_path_factory.mktemp("server") / "journal.db"
         keys = create_keys(db_path, tenants)
-        running = launch(db_path, *args, keys=keys, limits=limits)
+        running = launch(db_path, *args, keys=keys, limits=limits, env=env)
         started.append(running)
         return running
 

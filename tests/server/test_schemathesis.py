@@ -6,11 +6,15 @@ headers and body conform to the documented schema, invalid data rejected) and ou
 problem+json with its status; an SSE body is whole events; another tenant's session is never
 served. At least `TARGET_REQUESTS` requests are sent (1,000 when `CI` is set).
 
-The data is real: a journal on a temporary file with sessions of the fuzzed tenant (and one of
-another tenant); path parameters mix those ids with generated ones, most requests carry a valid
-key, event types are often valid ones, and a created resource is sometimes requested again (the
-idempotent-repeat path). SSE operations (found from the spec: a 200 of `text/event-stream`) always
-get `follow=false`, which ends the stream after the backlog.
+The data is real: a journal on a temporary file with sessions of the fuzzed tenant (and a session
+and a task of another tenant), tasks in every state for the task routes, and the demo agent served
+(`create_app(agent=...)`) with sessions bound to it, so `/turns` runs real turns (JSON, or SSE when
+the case asks for `text/event-stream`). Path parameters mix those ids with generated ones, most
+requests carry a valid key, event types are often valid ones, a task report often names the
+attempt the task is at, and a created resource is sometimes requested again (the
+idempotent-repeat path). SSE GET operations (found from the spec: a 200 of `text/event-stream`)
+always get `follow=false`, which ends the stream after the backlog; a streamed turn ends with the
+turn.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from schemathesis import GenerationMode
 
 from agentjournal import Journal
 from agentjournal.keys import ApiKeys
+from agentjournal.runtime.order_agent import build
 from agentjournal.server import Limits, create_app
 
 CI = bool(os.environ.get("CI"))
@@ -64,6 +69,11 @@ SEED_EVENTS: list[dict[str, Any]] = [
     {"type": "assistant_message", "payload": {"content": "It is 42.", "usage": {}}},
     {"type": "myapp.memory_saved", "payload": {"note": "ünïcode ✓", "n": [1, 2.5, None]}},
 ]
+# Task routes by their last path segment ("read": GET /v1/tasks/{task_id}), and how many seeded
+# tasks of the fuzzed tenant each gets: its own pool, so that completing or cancelling tasks in
+# one operation leaves the next one tasks to act on.
+TASK_POOLS = {"read": 3, "progress": 6, "complete": 6, "fail": 6, "cancel": 6}
+LEASE_SECONDS = 3600.0  # the seeded claims; none expires while the module runs
 
 
 @dataclass
@@ -73,7 +83,11 @@ class Fuzz:
     spec: dict[str, Any]
     sessions: list[str]  # the fuzzed tenant's
     foreign: str  # a session of another tenant
+    agent_sessions: list[str]  # the fuzzed tenant's, bound to the served agent (for /turns)
+    tasks: dict[str, list[str]]  # the fuzzed tenant's, by task route (`TASK_POOLS`)
+    foreign_task: str  # a task of another tenant
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    streamed: collections.Counter[str] = field(default_factory=collections.Counter)  # 2xx SSE
     statuses: collections.defaultdict[str, collections.Counter[int]] = field(
         default_factory=lambda: collections.defaultdict(collections.Counter)
     )
@@ -91,17 +105,36 @@ def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
         seed.compact(sessions[1], until_seq=4, summary="a greeting and a lookup")
         sessions.append(seed.fork(sessions[0], at_seq=2).session_id)
         seed.delete_session(sessions[2])
-        foreign = seed.for_tenant(OTHER).create_session("not yours").session_id
+        agent = build()
+        agent_sessions = []
+        for index in range(4):
+            session = agent.create_session(seed, f"agent {index}")
+            agent.run_turn(seed, session.session_id, "你好")
+            agent_sessions.append(session.session_id)
+        tasks, task_home = seed_tasks(seed)
+        sessions.append(task_home)
+        other = seed.for_tenant(OTHER)
+        foreign = other.create_session("not yours").session_id
+        foreign_task = other.create_task(foreign, "report.orders").task_id
         key = ApiKeys(seed.storage).create(TENANT, "fuzz")[1]
         ApiKeys(seed.storage).create(OTHER, "other")
     journal = Journal.open(db)
-    app = create_app(journal, limits=Limits(requests_per_second=1e6, burst=10**6))
+    app = create_app(journal, limits=Limits(requests_per_second=1e6, burst=10**6), agent=agent)
     try:
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         # Read a whole follow=false stream (the default stops after 20 events).
         schema.config.max_stream_events = 1_000_000
-        check_seeded(schema, key, sessions, foreign)
-        yield Fuzz(schema, key, app.openapi(), sessions, foreign)
+        check_seeded(schema, key, [*sessions, *agent_sessions], foreign)
+        yield Fuzz(
+            schema,
+            key,
+            app.openapi(),
+            sessions,
+            foreign,
+            agent_sessions,
+            tasks,
+            foreign_task,
+        )
     finally:
         from schemathesis.python import asgi
 
@@ -109,6 +142,27 @@ def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
         if shutdown is not None:
             shutdown()
         journal.close()
+
+
+def seed_tasks(seed: Journal) -> tuple[dict[str, list[str]], str]:
+    """`TASK_POOLS`' tasks in a session of their own: each has a type of its own, so a claim of
+    that type takes exactly it. Most are running (attempt 1, claimed by "seed"); the first of
+    each pool stays pending, and "read" also has a completed one."""
+    home = seed.create_session("tasks").session_id
+    pools: dict[str, list[str]] = {}
+    for pool, count in TASK_POOLS.items():
+        pools[pool] = []
+        for index in range(count):
+            task_type = f"fuzz.{pool}.{index}"
+            task = seed.create_task(home, task_type, {"pool": pool, "index": index})
+            if index > 0:
+                task = seed.claim_task("seed", [task_type], LEASE_SECONDS) or task
+                if pool == "read" and index == 2:
+                    task = seed.complete_task(task.task_id, attempt=1, output={"done": True})
+            pools[pool].append(task.task_id)
+        # Running tasks first: Hypothesis favours the first ids, and reports need a running task.
+        pools[pool] = pools[pool][1:] + pools[pool][:1]
+    return pools, home
 
 
 def check_seeded(schema: Any, key: str, sessions: list[str], foreign: str) -> None:
@@ -135,16 +189,27 @@ def is_sse(operation: Any) -> bool:
     return "text/event-stream" in ok.get("content", {})
 
 
+def task_pool(operation: Any) -> str | None:
+    """Which `TASK_POOLS` pool a task route takes its ids from (None: not a task route)."""
+    path = operation.path
+    if not path.startswith("/v1/tasks/{task_id}"):
+        return None
+    return "read" if path.endswith("}") else path.rsplit("/", 1)[-1]
+
+
 def may_follow(value: Any) -> bool:
     """Whether a generated `follow` value could read as true (then the stream would not end)."""
     values = value if isinstance(value, list) else [value]
     return any(v is True or str(v).strip().lower() in TRUTHY for v in values)
 
 
-def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> None:
-    """Point the generated case at real data; `choice` holds Hypothesis' draws for this case."""
+def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> dict[str, str]:
+    """Point the generated case at real data; `choice` holds Hypothesis' draws for this case.
+    Returns headers to send over the case's own: an `Accept` in `case.headers` is overridden by
+    the transport session's default `Accept: */*`, so asking a POST that may stream (a turn) for
+    `text/event-stream` goes through `case.call(headers=...)`."""
     operation = case.operation
-    if is_sse(operation):
+    if is_sse(operation) and operation.method.upper() == "GET":
         query = dict(case.query or {})
         if "follow" not in query or may_follow(query["follow"]):
             query["follow"] = "false"
@@ -156,6 +221,10 @@ def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> None:
         case.headers = {k: v for k, v in case.headers.items() if k.lower() != "authorization"}
     if case.path_parameters and "session_id" in case.path_parameters and choice["session"]:
         case.path_parameters = {**case.path_parameters, "session_id": choice["session"]}
+    if case.path_parameters and "task_id" in case.path_parameters and choice["task"]:
+        case.path_parameters = {**case.path_parameters, "task_id": choice["task"]}
+    if isinstance(case.body, dict) and "attempt" in case.body and choice["attempt"] is not None:
+        case.body = {**case.body, "attempt": choice["attempt"]}
     if (
         operation.method.upper() == "PATCH"
         and isinstance(case.body, dict)
@@ -183,6 +252,9 @@ def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> None:
                     if choice["key"] is not None:
                         event["idempotency_key"] = f"{choice['key']}-{index}"
             case.body = dict(case.body)
+    if is_sse(operation) and operation.method.upper() != "GET" and choice["stream"]:
+        return {"Accept": "text/event-stream"}
+    return {}
 
 
 def check_problem(response: Any) -> None:
@@ -199,12 +271,14 @@ def check_problem(response: Any) -> None:
     assert body["detail"], body
 
 
-def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> None:
-    """An SSE body (follow=false): whole events, `id:` = seq or position, `event:` = type."""
+def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> bool:
+    """An SSE body (follow=false, or a turn's): it ended; whole events, `id:` = seq or position,
+    `event:` = type; no `error` frame (a turn that failed after it started streaming). Returns
+    whether the response was a stream."""
     content_type = response.headers.get("content-type", [""])[0]
-    if response.status_code != 200 or not content_type.startswith("text/event-stream"):
-        return
-    assert not getattr(response, "stream_cut_short", False), "follow=false did not end the stream"
+    if response.status_code not in (200, 201) or not content_type.startswith("text/event-stream"):
+        return False
+    assert not getattr(response, "stream_cut_short", False), "the stream did not end"
     text = response.content.decode("utf-8")
     by_session = "{session_id}" in case.operation.path
     ids: list[str] = []
@@ -216,6 +290,7 @@ def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> None:
                 fields[name] = value[1:] if value.startswith(" ") else value
         if "data" not in fields:
             continue
+        assert fields.get("event") != "error", f"an error frame: {fields['data']}"
         event = json.loads(fields["data"])
         assert set(event) == set(event_schema["required"]), sorted(event)
         assert fields.get("event") == event["type"], (fields, event)
@@ -226,20 +301,44 @@ def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> None:
     assert len(set(ids)) == len(ids), f"an event sent twice: {ids}"
     if by_session:  # seqs ascend; a feed position is opaque, so only its uniqueness is checked
         assert [int(i) for i in ids] == sorted(int(i) for i in ids), ids
+    return True
 
 
 def check_tenant(response: Any, case: Any, fuzz: Fuzz) -> None:
     if (case.path_parameters or {}).get("session_id") == fuzz.foreign:
         assert not 200 <= response.status_code < 300, "another tenant's session was served"
+    if (case.path_parameters or {}).get("task_id") == fuzz.foreign_task:
+        assert not 200 <= response.status_code < 300, "another tenant's task was served"
+    if (
+        200 <= response.status_code < 300
+        and "json" in response.headers.get("content-type", [""])[0]
+    ):
+        body = json.loads(response.content)
+        found = body.get("tasks", [body]) if isinstance(body, dict) else []
+        tenants = {task.get("tenant") for task in found if isinstance(task, dict)}
+        assert tenants <= {None, TENANT}, f"another tenant's data was served: {tenants}"
 
 
 def fuzz_operation(operation: Any, mode: GenerationMode, fuzz: Fuzz) -> None:
     # Hypothesis favours the first element of sampled_from: real data first, generated last.
-    session_ids = [*fuzz.sessions, fuzz.foreign, "sess_0000000000000000", None]
+    # A turn gets the sessions bound to the agent first (others answer 409); nothing else gets
+    # them, so no other operation opens a turn in them (a user message appended) or unbinds them.
+    turns = operation.path.endswith("/turns")
+    own = [*fuzz.agent_sessions, *fuzz.sessions[:2]] if turns else fuzz.sessions
+    session_ids = [*own, fuzz.foreign, "sess_0000000000000000", None]
+    pool = task_pool(operation)
+    task_ids = (
+        [*fuzz.tasks[pool], fuzz.foreign_task, "task_000000000000000000000000", None]
+        if pool
+        else [None]
+    )
     choices = st.fixed_dictionaries(
         {
             "auth": st.sampled_from(["valid"] * 8 + ["generated", "none"]),
             "session": st.sampled_from(session_ids),  # None: the generated id
+            "task": st.sampled_from(task_ids),  # None: the generated id
+            "attempt": st.sampled_from([1, None]),  # the seeded running tasks' attempt
+            "stream": st.booleans(),  # /turns: ask for text/event-stream
             "event_type": st.sampled_from([*EVENT_TYPES, None]),
             "seq": st.sampled_from([2, 4, 6, 1, None]),  # valid at_seq / until_seq of the seeds
             "change": st.sampled_from(CHANGES),
@@ -259,18 +358,19 @@ def fuzz_operation(operation: Any, mode: GenerationMode, fuzz: Fuzz) -> None:
         report_multiple_bugs=False,
     )
     def run(case: Any, choice: dict[str, Any]) -> None:
-        prepare(case, fuzz, choice)
+        extra_headers = prepare(case, fuzz, choice)
         keyed = "idempotency-key" in {name.lower() for name in case.headers or {}} or (
             "idempotency_key" in json.dumps(case.body, default=str)
         )
         sends = 2 if choice["repeat"] or keyed else 1
         for _ in range(sends):
-            response = case.call(timeout=CALL_TIMEOUT)
+            response = case.call(timeout=CALL_TIMEOUT, headers=extra_headers or None)
             fuzz.requests[operation.label] += 1
             fuzz.statuses[operation.label][response.status_code] += 1
             case.validate_response(response, checks=CHECKS)
             check_problem(response)
-            check_sse(response, case, event_schema)
+            if check_sse(response, case, event_schema):
+                fuzz.streamed[operation.label] += 1
             check_tenant(response, case, fuzz)
             if response.status_code != 201:
                 break  # only a creation is worth repeating (201 again, or 200 for the same key)
@@ -284,10 +384,17 @@ def test_the_api_conforms_to_its_own_spec_under_fuzzing(fuzz: Fuzz) -> None:
     assert "POST /v1/sessions/{session_id}/events" in labels, labels
     streams = [operation for operation in operations if is_sse(operation)]
     assert streams, "no SSE operation found in the spec"
+    # A GET stream follows live events until told not to (?follow=false); a POST that streams
+    # (a turn) ends with what it streams, which check_sse asserts of every stream fuzzed.
     for operation in streams:
-        assert "follow" in query_names(operation), (
-            f"{operation.label}: an SSE route without ?follow="
-        )
+        if operation.method.upper() == "GET":
+            assert "follow" in query_names(operation), (
+                f"{operation.label}: an SSE GET route without ?follow="
+            )
+    assert "POST /v1/sessions/{session_id}/turns" in {op.label for op in streams}, labels
+    task_routes = {label for label in labels if "/tasks" in label}
+    assert len(task_routes) >= 9, task_routes
+    assert {task_pool(op) for op in operations} - {None} == set(TASK_POOLS), labels
 
     # Deleting and patching go last, so the other operations meet the seeded sessions intact.
     operations.sort(key=lambda operation: operation.method.upper() in ("DELETE", "PATCH"))
@@ -314,6 +421,9 @@ def test_the_api_conforms_to_its_own_spec_under_fuzzing(fuzz: Fuzz) -> None:
     # The fuzzing reached real behaviour, not only 401/404/422, on every operation.
     unserved = [label for label in labels if not any(200 <= s < 300 for s in fuzz.statuses[label])]
     assert not unserved, f"operations that never answered 2xx: {unserved}\n{table}"
+    # Every SSE operation streamed at least once (a GET's backlog, a turn's events).
+    unstreamed = {op.label for op in streams} - set(fuzz.streamed)
+    assert not unstreamed, f"SSE operations that never streamed: {unstreamed}\n{fuzz.streamed}"
 
 
 def _resolve(schema: Any, spec: dict[str, Any]) -> Any:

@@ -5,15 +5,22 @@ from `create_app(...).routes`; `REQUESTS` only says what to send to each. A rout
 parameter that `REQUESTS` does not know fails the coverage test (and is still probed with a bare
 request), so a route added later cannot be skipped silently.
 
-For every such route and every request variant: tenant B's key on tenant A's session answers 404,
-byte for byte like B's key on a session id that does not exist (the id in `detail` aside), and A's
-session, events, transcript and both tenants' session lists are unchanged; then the same request
-with A's own key succeeds (2xx), which shows the request was one that would have had an effect.
+For every such route and every request variant: tenant B's key on tenant A's session or task
+answers 404, byte for byte like B's key on ids that do not exist (the id in `detail` aside), and A's
+session, events, transcript, tasks and both tenants' session and task lists are unchanged; then the
+same request with A's own key succeeds (2xx), which shows the request was one that would have had
+an effect.
+
+The server runs the demo agent (`--agent demo`) and A's sessions are bound to it, so that A's own
+turn succeeds; each A session carries a task of its own type that A claimed (attempt 1, running),
+so that A's own progress, complete, fail and cancel succeed. Task routes without a path parameter
+(claim, the task list) are checked in `test_tasks_and_claims_are_per_tenant`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import secrets
@@ -25,13 +32,20 @@ import httpx
 import pytest
 
 from agentjournal import Journal
+from agentjournal.runtime.order_agent import QUERY_ORDERS
 from agentjournal.server import create_app
 
 A, B = "acme", "beta"
 PROBLEM_JSON = "application/problem+json"
 PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
+# The path parameters the matrix seeds: every A session comes with a running task.
+SEEDED_PARAMS = {"session_id", "task_id"}
+AGENT = "demo"
+LEASE_SECONDS = 3600  # A's claim of the seeded task; nothing may expire during the module
 
-# The seed every A session gets: seq 1 session_created, then seq 2..5.
+# The seed every A session gets: seq 1 session_created, then seq 2..5; `Tenants.seeded` adds its
+# task: seq 6 task_created, seq 7 task_started (the claim).
+SEEDED_LAST_SEQ = 7
 SEED_EVENTS: list[dict[str, Any]] = [
     {"type": "user_message", "payload": {"content": "hello"}, "idempotency_key": "a-1"},
     {"type": "tool_call", "payload": {"call_id": "c1", "name": "lookup", "arguments": "{}"}},
@@ -53,7 +67,8 @@ class Variant:
 
 
 # What to send to each route that takes a path parameter, keyed by (method, route path). Each
-# variant is a request that A's own key may send successfully on a fresh seeded A session.
+# variant is a request that A's own key may send successfully on a fresh seeded A session and its
+# running task. A body string "{task_id}" is replaced by the task id the request addresses.
 REQUESTS: dict[tuple[str, str], list[Variant]] = {
     ("GET", "/v1/sessions/{session_id}"): [Variant("read")],
     ("PATCH", "/v1/sessions/{session_id}"): [
@@ -70,7 +85,11 @@ REQUESTS: dict[tuple[str, str], list[Variant]] = {
         Variant("one", body={"type": "user_message", "payload": {"content": "from beta"}}),
         Variant(
             "expected_seq",
-            body={"type": "user_message", "payload": {"content": "x"}, "expected_seq": 5},
+            body={
+                "type": "user_message",
+                "payload": {"content": "x"},
+                "expected_seq": SEEDED_LAST_SEQ,
+            },
         ),
         Variant(
             "batch",
@@ -79,7 +98,7 @@ REQUESTS: dict[tuple[str, str], list[Variant]] = {
                     {"type": "user_message", "payload": {"content": "b1"}},
                     {"type": "myapp.note", "payload": {"n": 1}},
                 ],
-                "expected_seq": 5,
+                "expected_seq": SEEDED_LAST_SEQ,
             },
         ),
         # A's own idempotency key with A's payload: must not hand B A's original event.
@@ -110,6 +129,40 @@ REQUESTS: dict[tuple[str, str], list[Variant]] = {
     ],
     ("POST", "/v1/sessions/{session_id}/compact"): [
         Variant("compact", body={"until_seq": 2, "summary": "greeting"}),
+    ],
+    ("POST", "/v1/sessions/{session_id}/tasks"): [
+        Variant("create", body={"type": "probe.made", "input": {"n": 1}}),
+        Variant("sub_task", body={"type": "probe.sub", "parent_task_id": "{task_id}"}),
+        Variant("keyed", body={"type": "probe.keyed"}, headers={"Idempotency-Key": "t1"}),
+    ],
+    ("GET", "/v1/sessions/{session_id}/tasks"): [
+        Variant("all"),
+        Variant("running", query={"status": "running", "limit": "10"}),
+    ],
+    ("POST", "/v1/sessions/{session_id}/turns"): [
+        Variant("json", body={"content": QUERY_ORDERS}),
+        Variant("sse", body={"content": "你好"}, headers={"Accept": "text/event-stream"}),
+        # A's own key for the seed's user message: must not hand B A's finished turn.
+        Variant(
+            "idempotent_repeat",
+            body={"content": SEED_EVENTS[0]["payload"]["content"]},
+            headers={"Idempotency-Key": SEED_EVENTS[0]["idempotency_key"]},
+        ),
+    ],
+    ("GET", "/v1/tasks/{task_id}"): [Variant("read")],
+    ("POST", "/v1/tasks/{task_id}/progress"): [
+        Variant("progress", body={"attempt": 1, "progress": 0.5, "message": "half"}),
+    ],
+    ("POST", "/v1/tasks/{task_id}/complete"): [
+        Variant("complete", body={"attempt": 1, "output": {"owner": "beta"}}),
+    ],
+    ("POST", "/v1/tasks/{task_id}/fail"): [
+        Variant("retryable", body={"attempt": 1, "error": "beta says no"}),
+        Variant("final", body={"attempt": 1, "error": "beta says no", "retryable": False}),
+    ],
+    ("POST", "/v1/tasks/{task_id}/cancel"): [
+        Variant("reason", body={"reason": "beta wants it gone"}),
+        Variant("plain", body={}),
     ],
 }
 
@@ -144,8 +197,15 @@ def operations(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]
 
 
 @pytest.fixture(scope="module")
-def http(keyed_server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=keyed_server.base_url, timeout=10.0) as client:
+def agent_server(start_server: Any) -> Any:
+    """A keyed server for A and B that runs the demo agent (so that A's turns succeed); the rate
+    limit is out of the way of the matrix' thousands of requests."""
+    return start_server("--agent", AGENT, "--rate-limit", "100000", tenants=(A, B))
+
+
+@pytest.fixture(scope="module")
+def http(agent_server: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=agent_server.base_url, timeout=10.0) as client:
         yield client
 
 
@@ -190,13 +250,28 @@ def requests_for(method: str, path: str) -> list[Variant]:
     return REQUESTS.get(("GET" if method == "HEAD" else method, path), [])
 
 
-def fill(path: str, session_id: str) -> str:
-    """The route's path with every parameter set to `session_id`."""
-    return PARAM.sub(session_id, path)
+def fill(path: str, ids: dict[str, str]) -> str:
+    """The route's path with each parameter set to the id of that name."""
+    return PARAM.sub(lambda match: ids[match.group(1)], path)
 
 
-def missing_id() -> str:
-    return f"sess_{secrets.token_hex(8)}"
+def with_ids(variant: Variant, ids: dict[str, str]) -> Variant:
+    """The variant with a body value "{task_id}" set to the task id the request addresses."""
+    if not isinstance(variant.body, dict):
+        return variant
+    body = {
+        name: ids[value[1:-1]] if isinstance(value, str) and PARAM.fullmatch(value) else value
+        for name, value in variant.body.items()
+    }
+    return dataclasses.replace(variant, body=body)
+
+
+def missing_ids() -> dict[str, str]:
+    """Ids of the shapes the server makes, that name nothing."""
+    return {
+        "session_id": f"sess_{secrets.token_hex(8)}",
+        "task_id": f"task_{secrets.token_hex(12)}",
+    }
 
 
 class Tenants:
@@ -215,12 +290,17 @@ class Tenants:
         return response.json()
 
     def seeded_session(self, tenant: str = A) -> str:
-        """A fresh session of `tenant`, seq 1..5: a message, a tool call and result, a reply."""
+        """A fresh session of `tenant` bound to the agent, seq 1..5: a message, a tool call and
+        result, a reply."""
         session = self.ok(
             tenant,
             "POST",
             "/v1/sessions",
-            json={"title": "private", "system_prompt": "be terse", "metadata": {"k": "v"}},
+            json={
+                "title": "private",
+                "system_prompt": "be terse",
+                "metadata": {"k": "v", "agent": AGENT},
+            },
         )
         session_id = session["session_id"]
         appended = self.ok(
@@ -229,9 +309,47 @@ class Tenants:
         assert [event["seq"] for event in appended["events"]] == [2, 3, 4, 5]
         return str(session_id)
 
+    def seeded(self, tenant: str = A) -> dict[str, str]:
+        """A seeded session and a task in it that `tenant` claimed (attempt 1, running): the ids
+        for every path parameter the matrix knows."""
+        session_id = self.seeded_session(tenant)
+        task_type = f"probe.{secrets.token_hex(6)}"  # only this task has it: the claim takes it
+        created = self.ok(
+            tenant,
+            "POST",
+            f"/v1/sessions/{session_id}/tasks",
+            json={"type": task_type, "input": {"secret": tenant}},
+        )
+        claimed = self.ok(
+            tenant,
+            "POST",
+            "/v1/tasks/claim",
+            json={
+                "worker": f"{tenant}-worker",
+                "types": [task_type],
+                "lease_seconds": LEASE_SECONDS,
+            },
+        )
+        assert claimed["task_id"] == created["task_id"], (claimed, created)
+        assert (claimed["status"], claimed["attempt"]) == ("running", 1), claimed
+        session = self.ok(tenant, "GET", f"/v1/sessions/{session_id}")
+        assert session["last_seq"] == SEEDED_LAST_SEQ, session
+        return {"session_id": session_id, "task_id": claimed["task_id"]}
+
     def session_ids(self, tenant: str) -> list[str]:
         page = self.ok(tenant, "GET", "/v1/sessions", params={"status": "all", "limit": 1000})
         return sorted(session["session_id"] for session in page["sessions"])
+
+    def all_tasks(self, tenant: str) -> list[dict[str, Any]]:
+        """Every task of the tenant, following `next_after`."""
+        tasks: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 1000}
+        while True:
+            page = self.ok(tenant, "GET", "/v1/tasks", params=params)
+            tasks += page["tasks"]
+            if page["next_after"] is None:
+                return tasks
+            params["after"] = page["next_after"]
 
     def feed(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's whole global feed (SSE, follow=false), as the events' JSON."""
@@ -245,32 +363,41 @@ class Tenants:
                     events.append(json.loads(line[len("data:") :].strip()))
         return events
 
-    def snapshot(self, session_id: str) -> dict[str, Any]:
-        """Everything about A's session that A can read, and both tenants' session lists."""
-        base = f"/v1/sessions/{session_id}"
+    def snapshot(self, ids: dict[str, str]) -> dict[str, Any]:
+        """Everything about A's session and task that A can read, and both tenants' session and
+        task lists."""
+        base = f"/v1/sessions/{ids['session_id']}"
         return {
             "session": self.ok(A, "GET", base),
             "events": self.ok(A, "GET", f"{base}/events", params={"limit": 1000}),
             "messages": self.ok(A, "GET", f"{base}/messages"),
+            "session_tasks": self.ok(A, "GET", f"{base}/tasks"),
+            "task": self.ok(A, "GET", f"/v1/tasks/{ids['task_id']}"),
             "sessions_of_a": self.session_ids(A),
             "sessions_of_b": self.session_ids(B),
+            "tasks_of_a": self.all_tasks(A),
+            "tasks_of_b": self.all_tasks(B),
         }
 
 
 @pytest.fixture(scope="module")
-def tenants(http: httpx.Client, keyed_server: Any) -> Tenants:
-    assert {A, B} <= set(keyed_server.keys)
-    return Tenants(http, keyed_server.keys)
+def tenants(http: httpx.Client, agent_server: Any) -> Tenants:
+    assert {A, B} <= set(agent_server.keys)
+    return Tenants(http, agent_server.keys)
 
 
-def comparable(reply: Reply, session_id: str) -> dict[str, Any]:
-    """A problem reply with the session id it names replaced, for comparing two replies."""
+def comparable(reply: Reply, ids: dict[str, str]) -> dict[str, Any]:
+    """A problem reply with the ids it names replaced, for comparing two replies."""
     body = reply.body
     if isinstance(body, dict):
-        body = {
-            k: v.replace(session_id, "<id>") if isinstance(v, str) else v for k, v in body.items()
-        }
+        body = {k: hide(v, ids) if isinstance(v, str) else v for k, v in body.items()}
     return {"status": reply.status, "content_type": reply.content_type, "body": body}
+
+
+def hide(text: str, ids: dict[str, str]) -> str:
+    for name, value in ids.items():
+        text = text.replace(value, f"<{name}>")
+    return text
 
 
 def test_every_route_with_a_path_parameter_is_in_the_matrix(
@@ -285,9 +412,9 @@ def test_every_route_with_a_path_parameter_is_in_the_matrix(
     stale = sorted(set(REQUESTS) - parametrised)
     assert not stale, f"REQUESTS names routes the app no longer has: {stale}"
     other_params = sorted(
-        {name for _, path in parametrised for name in PARAM.findall(path)} - {"session_id"}
+        {name for _, path in parametrised for name in PARAM.findall(path)} - SEEDED_PARAMS
     )
-    assert not other_params, f"the matrix seeds only sessions; extend it for {other_params}"
+    assert not other_params, f"the matrix seeds {SEEDED_PARAMS}; extend it for {other_params}"
 
 
 def test_the_served_spec_lists_no_route_the_app_does_not_have(
@@ -303,6 +430,7 @@ def test_the_served_spec_lists_no_route_the_app_does_not_have(
     }
     assert documented <= set(operations), sorted(documented - set(operations))
     assert any("{session_id}" in path for _, path in documented)
+    assert any("{task_id}" in path for _, path in documented)
 
 
 def test_another_tenants_session_is_exactly_like_a_missing_one_and_stays_unchanged(
@@ -310,41 +438,49 @@ def test_another_tenants_session_is_exactly_like_a_missing_one_and_stays_unchang
 ) -> None:
     failures: list[str] = []
     checked = 0
-    session_routes = [op for op in operations if "{session_id}" in op[1]]
-    assert len(session_routes) >= 10, session_routes
-    for method, route in session_routes:
+    routes = [op for op in operations if PARAM.search(op[1])]
+    assert len([op for op in routes if "{session_id}" in op[1]]) >= 14, routes
+    assert len([op for op in routes if "{task_id}" in op[1]]) >= 5, routes
+    for method, route in routes:
         # A route missing from REQUESTS fails the coverage test; it is still probed here.
         for variant in requests_for(method, route) or [Variant("default", follow_stream=True)]:
             where = f"{method} {route} [{variant.label}]"
-            victim = tenants.seeded_session(A)
+            victim = tenants.seeded(A)
             before = tenants.snapshot(victim)
 
-            crossed = send(tenants.http, method, fill(route, victim), variant, tenants.auth(B))
-            absent_id = missing_id()
-            absent = send(tenants.http, method, fill(route, absent_id), variant, tenants.auth(B))
+            crossing = with_ids(variant, victim)
+            crossed = send(tenants.http, method, fill(route, victim), crossing, tenants.auth(B))
+            absent_ids = missing_ids()
+            absent = send(
+                tenants.http,
+                method,
+                fill(route, absent_ids),
+                with_ids(variant, absent_ids),
+                tenants.auth(B),
+            )
             after = tenants.snapshot(victim)
             checked += 1
 
             if crossed.status != 404:
-                failures.append(f"{where}: B got {crossed.status} on A's session: {crossed.body}")
+                failures.append(f"{where}: B got {crossed.status} on A's ids: {crossed.body}")
             if absent.status != 404:
-                failures.append(f"{where}: a missing session answered {absent.status}")
+                failures.append(f"{where}: missing ids answered {absent.status}: {absent.body}")
             if crossed.status == 404 and not crossed.content_type.startswith(PROBLEM_JSON):
                 failures.append(f"{where}: 404 is {crossed.content_type}, not problem+json")
-            if comparable(crossed, victim) != comparable(absent, absent_id):
+            if comparable(crossed, victim) != comparable(absent, absent_ids):
                 failures.append(
-                    f"{where}: A's session {comparable(crossed, victim)} differs from a missing "
-                    f"one {comparable(absent, absent_id)}"
+                    f"{where}: A's ids {comparable(crossed, victim)} differ from missing "
+                    f"ones {comparable(absent, absent_ids)}"
                 )
             if after != before:
                 changed = sorted(key for key in before if before[key] != after[key])
                 failures.append(f"{where}: B's request changed {changed}")
 
             # Control: the same request is one that does something for its owner.
-            owner = send(tenants.http, method, fill(route, victim), variant, tenants.auth(A))
+            owner = send(tenants.http, method, fill(route, victim), crossing, tenants.auth(A))
             if not 200 <= owner.status < 300:
                 failures.append(f"{where}: control with A's key got {owner.status}: {owner.body}")
-    assert checked >= len(session_routes)
+    assert checked >= len(routes)
     assert not failures, "\n".join(failures)
 
 
@@ -396,6 +532,56 @@ def test_an_idempotency_key_is_per_tenant(tenants: Tenants) -> None:
     assert other.json()["tenant"] == B
 
 
+def test_tasks_and_claims_are_per_tenant(tenants: Tenants) -> None:
+    """B's claims and task lists never reach A's task, and B naming A's task as a sub-task's
+    parent is 404 exactly like an unknown parent, writing nothing; A's task stays A's."""
+    a_session = tenants.seeded_session(A)
+    task_type = f"shared.{secrets.token_hex(4)}"
+    a_task = tenants.ok(
+        A, "POST", f"/v1/sessions/{a_session}/tasks", json={"type": task_type, "input": "a"}
+    )
+    a_task_id = a_task["task_id"]
+    b_session = tenants.seeded_session(B)
+    b_before = tenants.ok(B, "GET", f"/v1/sessions/{b_session}")
+    assert tenants.ok(B, "GET", "/v1/tasks", params={"status": "open"})["tasks"] == []
+
+    for body in ({"worker": "b", "types": [task_type]}, {"worker": "b"}):
+        claim = tenants.http.post("/v1/tasks/claim", json=body, headers=tenants.auth(B))
+        assert claim.status_code == 204, (body, claim.status_code, claim.text)
+    for params in (
+        {},
+        {"type": task_type},
+        {"session_id": a_session},
+        {"status": "pending"},
+        {"status": "open", "after": "task_0"},
+    ):
+        page = tenants.ok(B, "GET", "/v1/tasks", params=params)
+        assert {task["tenant"] for task in page["tasks"]} <= {B}, params
+        assert a_task_id not in {task["task_id"] for task in page["tasks"]}, params
+        if "type" in params or "session_id" in params:
+            assert page == {"tasks": [], "next_after": None}, params
+
+    replies = {}
+    for label, parent in (("A's", a_task_id), ("missing", f"task_{secrets.token_hex(12)}")):
+        reply = send(
+            tenants.http,
+            "POST",
+            f"/v1/sessions/{b_session}/tasks",
+            Variant(label, body={"type": "sub", "parent_task_id": parent}),
+            tenants.auth(B),
+        )
+        replies[label] = comparable(reply, {"task_id": parent})
+    assert replies["A's"]["status"] == 404, replies
+    assert replies["A's"]["content_type"].startswith(PROBLEM_JSON), replies
+    assert replies["A's"] == replies["missing"], replies
+    assert tenants.ok(B, "GET", f"/v1/sessions/{b_session}") == b_before
+    assert tenants.all_tasks(B) == []
+
+    assert tenants.ok(A, "GET", f"/v1/tasks/{a_task_id}") == a_task
+    claimed = tenants.ok(A, "POST", "/v1/tasks/claim", json={"worker": "a", "types": [task_type]})
+    assert (claimed["task_id"], claimed["tenant"], claimed["attempt"]) == (a_task_id, A, 1)
+
+
 def test_every_v1_route_refuses_a_request_without_a_valid_key(
     tenants: Tenants, operations: list[tuple[str, str]]
 ) -> None:
@@ -413,7 +599,7 @@ def test_every_v1_route_refuses_a_request_without_a_valid_key(
             {"api_key": tenants.keys[A], "key": tenants.keys[A], "access_token": tenants.keys[A]},
         ),
     ]
-    victim = tenants.seeded_session(A)
+    victim = tenants.seeded(A)
     before = tenants.snapshot(victim)
     failures: list[str] = []
     for method, route in v1:
@@ -421,7 +607,8 @@ def test_every_v1_route_refuses_a_request_without_a_valid_key(
         for variant in variants:
             for label, headers, query in attempts:
                 where = f"{method} {route} [{variant.label}] {label}"
-                reply = send(tenants.http, method, fill(route, victim), variant, headers, query)
+                sent = with_ids(variant, victim)
+                reply = send(tenants.http, method, fill(route, victim), sent, headers, query)
                 if reply.status != 401:
                     failures.append(f"{where}: {reply.status} {reply.body}")
                     continue

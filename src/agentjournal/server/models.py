@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -192,25 +192,25 @@ class CreateTask(_In):
 
 class ClaimRequest(_In):
     worker: str = Field(min_length=1, max_length=255, description="who holds the lease")
-    types: list[str] | None = Field(
+    types: list[Annotated[str, _TASK_TYPE]] | None = Field(
         default=None, min_length=1, description="task types to take; all if absent"
     )
-    lease_seconds: float = Field(default=30.0, gt=0, le=7 * 24 * 3600)
+    lease_seconds: float = Field(default=30.0, ge=0.001, le=7 * 24 * 3600)
 
 
 class ProgressRequest(_In):
-    attempt: int = Field(ge=1, description="the attempt the claim returned")
+    attempt: int = Field(ge=1, le=2**63 - 1, description="the attempt the claim returned")
     progress: float = Field(ge=0, le=1)
     message: str | None = None
 
 
 class CompleteRequest(_In):
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=2**63 - 1)
     output: Any = Field(default=None, description="any JSON value")
 
 
 class FailRequest(_In):
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=2**63 - 1)
     error: str
     retryable: bool = True
 

@@ -17,7 +17,7 @@ from agentjournal.journal import Journal
 from agentjournal.runtime import TurnResult
 from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.models import EventOut, TurnOut, TurnRequest
-from agentjournal.server.problems import PROBLEM_JSON, Problem, journal_problem, problem_body
+from agentjournal.server.problems import Problem, journal_problem, problem_body
 from agentjournal.server.routing import (
     ERROR_RESPONSES,
     IdempotencyKey,
@@ -49,7 +49,7 @@ def _frame(event: Event) -> ServerSentEvent:
             "description": "an idempotent repeat: the original turn",
             "content": {"text/event-stream": {}},
         },
-        502: {**_MODEL_FAILED, "content": {PROBLEM_JSON: {}}},
+        502: {**_MODEL_FAILED, "content": ERROR_RESPONSES[409]["content"]},
     },
 )
 async def run_turn(
