@@ -3,44 +3,16 @@ table (except /turns and tasks), and every error as problem+json that writes not
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing
-from pathlib import Path
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
+from http_checks import PROBLEM, assert_problem, db_counts
 from prometheus_client.parser import text_string_to_metric_families
 
-PROBLEM = "application/problem+json"
-
-
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    """The response is `status` as RFC 9457 problem+json with a non-empty `detail`."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM
-    body = response.json()
-    assert isinstance(body, dict)
-    assert isinstance(body["type"], str)
-    assert body["type"]
-    assert isinstance(body["title"], str)
-    assert body["title"]
-    assert body["status"] == status
-    assert isinstance(body["detail"], str)
-    assert body["detail"].strip()
-    return body
-
-
-def db_counts(db_path: Path) -> tuple[int, int]:
-    """(events, sessions) in the database, read directly (read-only) from the file."""
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as raw:
-        events = raw.execute("SELECT count(*) FROM events").fetchone()[0]
-        sessions = raw.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    return int(events), int(sessions)
 
 
 def new_session(client: httpx.Client, **body: Any) -> dict[str, Any]:
@@ -690,9 +662,9 @@ def test_rate_limit_is_429_and_refused_requests_write_nothing(
         assert set(statuses) <= {201, 429}
         accepted = statuses.count(201)
         # A refused request wrote nothing: exactly the accepted appends are in the journal.
-        _, sessions = db_counts(slow.db_path)
+        sessions = db_counts(slow.db_path).sessions
         assert sessions == 1
-        events, _ = db_counts(slow.db_path)
+        events = db_counts(slow.db_path).events
         assert events == 1 + accepted
 
 

@@ -9,49 +9,21 @@ the task as the API shows it.
 from __future__ import annotations
 
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from http_checks import assert_problem, db_counts
 
 from agentjournal.runtime.order_agent import ORDER_COUNT, REPORT_STEPS
 
-PROBLEM = "application/problem+json"
 WAIT = 30.0  # the most the demo worker may take before the test fails instead of hanging
 LEASE = 600.0  # leases claimed here; none may expire while the module runs
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    """The response is `status` as RFC 9457 problem+json with a non-empty `detail`."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status
-    assert isinstance(body["type"], str)
-    assert body["type"]
-    assert isinstance(body["title"], str)
-    assert body["title"]
-    assert isinstance(body["detail"], str)
-    assert body["detail"].strip()
-    return body
-
-
-def db_counts(db_path: Path) -> tuple[int, int, int]:
-    """(events, sessions, tasks) in the database, read directly (read-only) from the file."""
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as raw:
-        events, sessions, tasks = (
-            int(raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-            for table in ("events", "sessions", "tasks")
-        )
-    return events, sessions, tasks
 
 
 @pytest.fixture

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from http_checks import assert_problem, db_counts
 
 from agentjournal import Journal
 from agentjournal.runtime.order_agent import ORDER_COUNT, PLACE_ORDER, QUERY_ORDERS, ledger_lines
 
-PROBLEM = "application/problem+json"
 SSE = "text/event-stream"
 REPLY = f"你当前有 {ORDER_COUNT} 个订单。"
 TURN_TYPES = ["user_message", "tool_call", "tool_result", "assistant_message"]
@@ -39,27 +37,6 @@ HERE = Path(__file__).parent
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    """The response is `status` as RFC 9457 problem+json with a non-empty `detail`."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status
-    assert isinstance(body["title"], str)
-    assert body["title"]
-    assert isinstance(body["detail"], str)
-    assert body["detail"].strip()
-    return body
-
-
-def db_counts(db_path: Path) -> tuple[int, int]:
-    """(events, sessions) in the database, read directly (read-only) from the file."""
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as raw:
-        events = raw.execute("SELECT count(*) FROM events").fetchone()[0]
-        sessions = raw.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    return int(events), int(sessions)
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:
