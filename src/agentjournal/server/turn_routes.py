@@ -16,6 +16,7 @@ from agentjournal.events import Event
 from agentjournal.journal import Journal
 from agentjournal.runtime import TurnResult
 from agentjournal.server.agent_host import AgentHost
+from agentjournal.server.fanout import render
 from agentjournal.server.models import EventOut, TurnOut, TurnRequest
 from agentjournal.server.problems import Problem, journal_problem, problem_body
 from agentjournal.server.routing import (
@@ -34,8 +35,8 @@ _MODEL_FAILED = {"description": "the model failed; the turn stays open and resum
 
 
 def _frame(event: Event) -> ServerSentEvent:
-    data = json.dumps(event.to_dict(), ensure_ascii=False, separators=(",", ":"))
-    return ServerSentEvent(data=data, id=str(event.seq), event=event.type)
+    # The same frame a session stream sends for this event (id = seq).
+    return ServerSentEvent(data=render(event, event.seq).data, id=str(event.seq), event=event.type)
 
 
 @router.post(
