@@ -4,10 +4,8 @@ storage's write transaction, and reads through the projections or the pure fold.
 from __future__ import annotations
 
 import base64
-import re
 import secrets
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -15,6 +13,13 @@ from typing import Any, Literal, Self
 from agentjournal import projection, verify
 from agentjournal import tasks as transitions
 from agentjournal.appends import AppendOutcome, AppendRequest, append_group
+from agentjournal.arguments import (
+    MAX_INT,
+    MAX_PAGE,
+    check_id,
+    check_int,
+    now_ms,
+)
 from agentjournal.backends import EventRow, Storage, WriteTx
 from agentjournal.errors import (
     Conflict,
@@ -22,32 +27,26 @@ from agentjournal.errors import (
     InvalidEvent,
     JournalError,
     SessionNotFound,
-    TaskNotFound,
 )
 from agentjournal.events import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_TASK_RETRIES,
-    TASK_STATUSES,
     Event,
     NewEvent,
     PreparedEvent,
     check_idempotency_key,
     prepare,
 )
-from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.projection import Message, Session, ToolCall
 from agentjournal.replay import ContextFit, Format, Tokenizer, fit_context, replay
 from agentjournal.rules import SessionState, resolve_retry
-from agentjournal.tasks import Recovery
+from agentjournal.task_verbs import TaskVerbs
 from agentjournal.verify import VerifyReport
 
-__all__ = ["Journal"]
+__all__ = ["MAX_INT", "MAX_PAGE", "Journal", "now_ms"]
 
 Durability = Literal["full", "normal"]
 EventLike = NewEvent | Mapping[str, Any]
 
-MAX_PAGE = 10_000
-MAX_INT = 2**63 - 1  # seqs, positions and counts are 64-bit in every database we support
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _STATUSES = {
     None: ("active", "archived"),
     "active": ("active",),
@@ -55,52 +54,13 @@ _STATUSES = {
     "deleted": ("deleted",),
     "all": ("active", "archived", "deleted"),
 }
-_TASK_FILTERS: dict[str | None, tuple[str, ...] | None] = {
-    None: None,
-    "open": transitions.OPEN_STATUSES,
-    **{status: (status,) for status in TASK_STATUSES},
-}
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def new_session_id() -> str:
     return "sess_" + base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
 
 
-def _check_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidArgument(
-            f"{what} must be 1-128 characters of letters, digits and _.:- "
-            f"(starting with a letter or digit), got {value!r:.80}"
-        )
-    return value
-
-
-def _check_name(value: Any, what: str) -> str:
-    """Free-form names (a worker's): printable text, 1-255 characters."""
-    if not isinstance(value, str) or not 0 < len(value) <= 255 or not value.isprintable():
-        raise InvalidArgument(f"{what} must be 1-255 printable characters, got {value!r:.80}")
-    return value
-
-
-def _check_fraction(value: Any, what: str, low: float, high: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidArgument(f"{what} must be a number from {low} to {high}, got {value!r:.40}")
-    return float(value)
-
-
-def _check_int(value: Any, what: str, low: int, high: int = MAX_INT) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidArgument(f"{what} must be an integer >= {low}, got {value!r:.40}")
-    if value > high:
-        raise InvalidArgument(f"{what} must be at most {high}, got {value}")
-    return value
-
-
-class Journal:
+class Journal(TaskVerbs):
     """Durable, append-only memory for agents, scoped to one tenant.
 
     >>> journal = Journal.open("agent.db")                      # doctest: +SKIP
@@ -116,8 +76,8 @@ class Journal:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.storage = storage
-        self.tenant = _check_id(tenant, "tenant")
-        self.max_payload_bytes = _check_int(max_payload_bytes, "max_payload_bytes", 1)
+        self.tenant = check_id(tenant, "tenant")
+        self.max_payload_bytes = check_int(max_payload_bytes, "max_payload_bytes", 1)
         self._owns_storage = True
 
     @classmethod
@@ -134,7 +94,7 @@ class Journal:
         `durability="full"` (the default) survives power loss; `"normal"` survives a process
         crash but may lose the last acknowledged commits on power loss (never half of one).
         """
-        _check_id(tenant, "tenant")
+        check_id(tenant, "tenant")
         target = str(url)
         if target.startswith(("postgresql://", "postgres://")):
             raise InvalidArgument("the PostgreSQL backend is not available in this version yet")
@@ -212,7 +172,7 @@ class Journal:
         if metadata is not None:
             payload["metadata"] = metadata
         event = self._prepare("session_created", payload, idempotency_key, reserved=True)
-        sid = new_session_id() if session_id is None else _check_id(session_id, "session_id")
+        sid = new_session_id() if session_id is None else check_id(session_id, "session_id")
         created_at = now_ms()
 
         def work(tx: WriteTx) -> tuple[str, bool]:
@@ -232,7 +192,7 @@ class Journal:
         return self.get_session(created_id), created
 
     def get_session(self, session_id: str) -> Session:
-        session = self.storage.session(self.tenant, _check_id(session_id, "session_id"))
+        session = self.storage.session(self.tenant, check_id(session_id, "session_id"))
         if session is None:
             raise SessionNotFound(session_id)
         return session
@@ -255,7 +215,7 @@ class Journal:
         if status != "deleted":
             self._append(session_id, [event], None)
             return self.get_session(session_id)
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
 
         def work(tx: WriteTx) -> None:
             # The session's open tasks are cancelled first, in the same transaction, so its
@@ -281,7 +241,7 @@ class Journal:
     def purge_session(self, session_id: str, *, actor: str = "library") -> int:
         """Hard delete for privacy: every row of the session goes; an audit row (who, when, how
         many events, no content) stays. Returns the number of events deleted."""
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         at = now_ms()
 
         def work(tx: WriteTx) -> int:
@@ -300,7 +260,7 @@ class Journal:
         or "all" include deleted ones. Next page: `cursor=page[-1].last_position`."""
         if status not in _STATUSES:
             raise InvalidArgument("status must be active, archived, deleted, all or None")
-        _check_int(limit, "limit", 1, MAX_PAGE)
+        check_int(limit, "limit", 1, MAX_PAGE)
         return self.storage.sessions(self.tenant, _STATUSES[status], limit, cursor)
 
     # -- appends ----------------------------------------------------------------------------
@@ -405,9 +365,9 @@ class Journal:
         idempotency_key: str | None = None,
     ) -> tuple[Session, bool]:
         """`fork`, also telling whether it forked now (False: an idempotent repeat)."""
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         if at_seq is not None:
-            _check_int(at_seq, "at_seq", 1)
+            check_int(at_seq, "at_seq", 1)
         key = check_idempotency_key(idempotency_key)
         new_id = new_session_id()
         created_at = now_ms()
@@ -475,9 +435,9 @@ class Journal:
         batch: Sequence[PreparedEvent],
         expected_seq: int | None,
     ) -> tuple[list[Event], bool]:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         if expected_seq is not None:
-            _check_int(expected_seq, "expected_seq", 0)
+            check_int(expected_seq, "expected_seq", 0)
         request = AppendRequest(self.tenant, session_id, batch, expected_seq, now_ms())
         outcome: AppendOutcome = self.storage.write_grouped(append_group, request)
         return outcome
@@ -510,10 +470,10 @@ class Journal:
 
     def events(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[Event]:
         """A page of the session's events with seq > after, oldest first."""
-        _check_int(after, "after", 0)
-        _check_int(limit, "limit", 1, MAX_PAGE)
+        check_int(after, "after", 0)
+        check_int(limit, "limit", 1, MAX_PAGE)
         events = self.storage.events(
-            self.tenant, _check_id(session_id, "session_id"), after=after, limit=limit
+            self.tenant, check_id(session_id, "session_id"), after=after, limit=limit
         )
         if not events:
             self.get_session(session_id)
@@ -521,7 +481,7 @@ class Journal:
 
     def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
         """A page of the tenant's global feed, in commit order, after `position`."""
-        _check_int(limit, "limit", 1, MAX_PAGE)
+        check_int(limit, "limit", 1, MAX_PAGE)
         if after is not None and not isinstance(after, str):
             raise InvalidArgument("after must be a position string, as Event.position gives it")
         return self.storage.events_all(self.tenant, after, limit)
@@ -530,8 +490,8 @@ class Journal:
         """The transcript (user, assistant and system messages, corrections applied); with
         `last=N`, the latest N in chronological order."""
         if last is not None:
-            _check_int(last, "last", 1, MAX_PAGE)
-        messages = self.storage.messages(self.tenant, _check_id(session_id, "session_id"), last)
+            check_int(last, "last", 1, MAX_PAGE)
+        messages = self.storage.messages(self.tenant, check_id(session_id, "session_id"), last)
         if not messages:
             self.get_session(session_id)
         return messages
@@ -551,7 +511,7 @@ class Journal:
             raise InvalidArgument("call_ids must be a collection of call id strings")
         calls = self.storage.tool_calls(
             self.tenant,
-            _check_id(session_id, "session_id"),
+            check_id(session_id, "session_id"),
             call_ids=call_ids,
             open_only=open_only,
         )
@@ -564,7 +524,7 @@ class Journal:
     ) -> list[dict[str, Any]] | dict[str, Any]:
         """The message list a model accepts, folded from the journal (as of `until`, if given)."""
         if until is not None:
-            _check_int(until, "until", 1)
+            check_int(until, "until", 1)
         if format not in ("openai", "anthropic"):
             raise InvalidArgument("format must be 'openai' or 'anthropic'")
         session = self.get_session(session_id)
@@ -596,7 +556,7 @@ class Journal:
         tokenizer: Tokenizer | None = None,
         format: Format = "openai",
     ) -> ContextFit:
-        _check_int(max_tokens, "max_tokens", 1)
+        check_int(max_tokens, "max_tokens", 1)
         session = self.get_session(session_id)
         compaction = self.storage.newest_compaction(self.tenant, session_id, None)
         floor = compaction.payload["until_seq"] if compaction else 0
@@ -626,243 +586,6 @@ class Journal:
             upper = window[0].seq - 1
             page = min(page * 4, 4096)
 
-    # -- tasks ------------------------------------------------------------------------------
-
-    def create_task(
-        self,
-        session_id: str,
-        type: str,
-        input: Any = None,
-        *,
-        parent_task_id: str | None = None,
-        max_retries: int = 3,
-        idempotency_key: str | None = None,
-    ) -> Task:
-        """Queue durable work in a session (`task_created`); workers take it with
-        `claim_task`. A sub-task names its parent, which must be a task of the same session."""
-        return self.create_task_ex(
-            session_id,
-            type,
-            input,
-            parent_task_id=parent_task_id,
-            max_retries=max_retries,
-            idempotency_key=idempotency_key,
-        )[0]
-
-    def create_task_ex(
-        self,
-        session_id: str,
-        type: str,
-        input: Any = None,
-        *,
-        parent_task_id: str | None = None,
-        max_retries: int = 3,
-        idempotency_key: str | None = None,
-    ) -> tuple[Task, bool]:
-        """`create_task`, also telling whether it created (False: an idempotent repeat)."""
-        _check_id(session_id, "session_id")
-        _check_id(type, "task type")
-        if parent_task_id is not None:
-            _check_id(parent_task_id, "parent_task_id")
-        _check_int(max_retries, "max_retries", 0, MAX_TASK_RETRIES)
-        task_id = transitions.new_task_id(now_ms())
-        payload = transitions.created(task_id, type, input, parent_task_id, max_retries)
-        event = self._prepare("task_created", payload, idempotency_key, reserved=True)
-        key = event.idempotency_key
-
-        def work(tx: WriteTx) -> tuple[str, bool]:
-            if self._state(tx, session_id) is None:
-                raise SessionNotFound(session_id)
-            original = key and tx.events_by_keys([(session_id, key)]).get((session_id, key))
-            if original:
-                same = (
-                    original.type == "task_created"
-                    and {
-                        **original.payload,
-                        "task_id": task_id,
-                    }
-                    == event.payload
-                )
-                if not same:
-                    raise Conflict(f"idempotency key {key!r} was used for another request")
-                return original.payload["task_id"], False
-            if parent_task_id is not None:
-                parent = tx.task(parent_task_id)
-                if parent is None or parent.tenant != self.tenant:
-                    raise TaskNotFound(parent_task_id)
-                if parent.session_id != session_id:
-                    raise InvalidArgument(
-                        f"parent task {parent_task_id!r} belongs to session {parent.session_id!r};"
-                        " a sub-task lives in its parent's session"
-                    )
-            self._append_tx(tx, session_id, [event])
-            return task_id, True
-
-        created_id, created = self.storage.write(work)
-        return self.get_task(created_id), created
-
-    def get_task(self, task_id: str) -> Task:
-        task = self.storage.task(self.tenant, _check_id(task_id, "task_id"))
-        if task is None:
-            raise TaskNotFound(task_id)
-        return task
-
-    def tasks(
-        self,
-        *,
-        status: str | None = None,
-        type: str | None = None,
-        session_id: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
-    ) -> list[Task]:
-        """Tasks in queue order (oldest first). `status`: one status, "open" (pending and
-        running) or None (all). Next page: `after=page[-1].task_id`."""
-        if status not in _TASK_FILTERS:
-            raise InvalidArgument(f"status must be one of {', '.join(TASK_STATUSES)}, open or None")
-        for value, what in ((type, "type"), (session_id, "session_id"), (after, "after")):
-            if value is not None:
-                _check_id(value, what)
-        _check_int(limit, "limit", 1, MAX_PAGE)
-        return self.storage.tasks(
-            self.tenant,
-            statuses=_TASK_FILTERS[status],
-            type=type,
-            session_id=session_id,
-            after=after,
-            limit=limit,
-        )
-
-    def claim_task(
-        self,
-        worker: str,
-        types: Sequence[str] | None = None,
-        lease_seconds: float = transitions.DEFAULT_LEASE_SECONDS,
-    ) -> Task | None:
-        """Move the oldest pending task (of `types`, if given) to running under `worker`'s
-        lease, atomically: two workers never hold one task. None if there is nothing to do.
-
-        Leases that expired are settled first (back to pending, or failed when retries are
-        spent), so work whose worker died is picked up without waiting for a restart."""
-        _check_name(worker, "worker")
-        if types is not None:
-            if isinstance(types, str) or not isinstance(types, Sequence) or not types:
-                raise InvalidArgument("types must be a non-empty list of task types, or None")
-            types = [_check_id(t, "task type") for t in types]
-        lease = _check_fraction(
-            lease_seconds, "lease_seconds", 0.001, transitions.MAX_LEASE_SECONDS
-        )
-
-        def work(tx: WriteTx) -> str | None:
-            now = now_ms()
-            for task in tx.expired_tasks(self.tenant, now, 100):
-                self._append_tx(tx, task.session_id, [("task_failed", transitions.expired(task))])
-            claimed = tx.next_task(self.tenant, types)
-            if claimed is None:
-                return None
-            payload = transitions.started(claimed, worker, lease, now)
-            self._append_tx(tx, claimed.session_id, [("task_started", payload)])
-            return claimed.task_id
-
-        claimed = self.storage.write(work)
-        return None if claimed is None else self.get_task(claimed)
-
-    def task_progress(
-        self, task_id: str, progress: float, *, attempt: int, message: str | None = None
-    ) -> Task:
-        """Report how far `attempt` got (0.0-1.0) and renew its lease. `Conflict` if the
-        attempt is over (its lease was taken over, or the task was cancelled)."""
-        value = _check_fraction(progress, "progress", 0.0, 1.0)
-        if message is not None and not isinstance(message, str):
-            raise InvalidArgument("message must be a string")
-        return self._change_task(
-            task_id,
-            attempt,
-            lambda task, now: [
-                ("task_progress", transitions.progressed(task, attempt, value, message, now))
-            ],
-        )
-
-    def complete_task(self, task_id: str, *, attempt: int, output: Any = None) -> Task:
-        """Record the attempt's result (any JSON value); the task is completed."""
-        return self._change_task(
-            task_id,
-            attempt,
-            lambda task, now: [("task_completed", transitions.completed(task, attempt, output))],
-        )
-
-    def fail_task(self, task_id: str, *, attempt: int, error: str, retryable: bool = True) -> Task:
-        """Record a failed attempt: back to pending while `retryable` and retries remain
-        (`retry_count` < `max_retries`), else failed for good."""
-        if not isinstance(error, str):
-            raise InvalidArgument("error must be a string")
-        if not isinstance(retryable, bool):
-            raise InvalidArgument("retryable must be a boolean")
-        return self._change_task(
-            task_id,
-            attempt,
-            lambda task, now: [
-                ("task_failed", transitions.failed(task, attempt, error, retryable))
-            ],
-        )
-
-    def cancel_task(self, task_id: str, *, reason: str | None = None) -> Task:
-        """Cancel a pending or running task and its open sub-tasks; a worker still on it gets
-        `Conflict` at its next report."""
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument("reason must be a string")
-        _check_id(task_id, "task_id")
-
-        def work(tx: WriteTx) -> None:
-            task = self._task_tx(tx, task_id)
-            family = tx.session_tasks(task.session_id)
-            cancels = transitions.cancelled(task, family, reason)
-            self._append_tx(tx, task.session_id, [("task_cancelled", c) for c in cancels])
-
-        self.storage.write(work)
-        return self.get_task(task_id)
-
-    def _task_tx(self, tx: WriteTx, task_id: str) -> Task:
-        task = tx.task(task_id)
-        if task is None or task.tenant != self.tenant:
-            raise TaskNotFound(task_id)
-        return task
-
-    def _change_task(
-        self,
-        task_id: str,
-        attempt: int,
-        decide: Callable[[Task, int], list[tuple[str, dict[str, Any]]]],
-    ) -> Task:
-        _check_id(task_id, "task_id")
-        _check_int(attempt, "attempt", 1)
-
-        def work(tx: WriteTx) -> None:
-            task = self._task_tx(tx, task_id)
-            self._append_tx(tx, task.session_id, decide(task, now_ms()))
-
-        self.storage.write(work)
-        return self.get_task(task_id)
-
-    def recover(self, *, all_tenants: bool = False) -> Recovery:
-        """Run at start-up: settle every running task whose lease expired (back to pending, or
-        failed with "lease expired" when its retries are spent) and list the sessions whose
-        last turn was cut. Its cost follows the open work, not the history. `all_tenants` is
-        for the process that serves them all (`agentjournal serve`)."""
-        recovery = Recovery()
-
-        def work(tx: WriteTx) -> None:
-            now = now_ms()
-            for task in tx.expired_tasks(None if all_tenants else self.tenant, now, MAX_INT):
-                owner = self if task.tenant == self.tenant else self.for_tenant(task.tenant)
-                payload = transitions.expired(task)
-                owner._append_tx(tx, task.session_id, [("task_failed", payload)])
-                (recovery.requeued if payload["retry"] else recovery.failed).append(task.task_id)
-
-        self.storage.write(work)
-        recovery.open_turns = self.open_turns(all_tenants=all_tenants)
-        return recovery
-
     def open_turns(self, *, all_tenants: bool = False) -> list[Session]:
         """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
         tool result after the newest assistant message. Read through a partial index."""
@@ -877,7 +600,7 @@ class Journal:
         duplicate). Ends after the event that deletes the session (at once, once caught up, if
         it is deleted already). Other processes' commits are found by polling every
         `poll_interval` seconds."""
-        _check_int(after, "after", 0)
+        check_int(after, "after", 0)
         deleted = self.get_session(session_id).status == "deleted"
         signal = self.storage.signal
         cursor = after
