@@ -1352,3 +1352,17 @@ def test_async_task_round_trip(db_path: Path) -> None:
             "task_failed",
             "task_cancelled",
         ]
+
+
+def test_a_retried_delete_after_an_undelete_cancels_nothing(journal: Journal) -> None:
+    """A delete repeated with its idempotency key is a retry: it returns the original and writes
+    nothing, even after an undelete left new open tasks (found by the model-based test)."""
+    sid = journal.create_session("x").session_id
+    journal.update_session(sid, status="deleted", idempotency_key="del-1")
+    journal.update_session(sid, status="active")
+    task = journal.create_task(sid, "job")
+    before = journal.events(sid)
+    journal.update_session(sid, status="deleted", idempotency_key="del-1")
+    assert journal.events(sid) == before
+    assert journal.get_session(sid).status == "active"
+    assert journal.get_task(task.task_id).status == "pending"

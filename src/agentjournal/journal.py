@@ -221,7 +221,9 @@ class Journal(TaskVerbs):
             # The session's open tasks are cancelled first, in the same transaction, so its
             # stream (which ends with the deletion) shows them.
             state = self._state(tx, session_id)
-            if state is not None and state.status != "deleted":
+            key = event.idempotency_key
+            retry = key is not None and bool(tx.events_by_keys([(session_id, key)]))
+            if state is not None and state.status != "deleted" and not retry:
                 cancels = [
                     {"task_id": t.task_id, "reason": "session deleted"}
                     for t in tx.session_tasks(session_id)
