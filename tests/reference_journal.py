@@ -4,7 +4,8 @@ It imports nothing from agentjournal (DESIGN.md, "How we know it works"): every 
 written again from the document, in the plainest form (lists scanned from the start, no indexes),
 so that a shared mistake would have to be made twice. Where DESIGN.md is silent the reference does
 what the library does; each such choice is marked "DESIGN is silent". Limits the document does not
-state (nesting depth, id lengths) are not modelled, and the test does not generate them.
+state (nesting depth, id lengths, at most 100 retries) are not modelled, and the test does not
+generate them.
 
 Errors are `Rejected("ClassName")`; the test compares that name with the class of what the real
 journal raised.
@@ -35,6 +36,10 @@ CORE = RESERVED | set(ROLES) | {"tool_call", "tool_result", "context_compacted"}
 CUSTOM_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 STATUSES = ("active", "archived", "deleted")
+OPEN = ("pending", "running")  # a task that has not ended
+# What opens a turn (a user message, a tool call, a tool result) and what ends it (an assistant
+# message); corrections do neither.
+TURN_OPENERS = ("user_message", "tool_call", "tool_result")
 
 
 class Rejected(Exception):
@@ -95,8 +100,65 @@ class RefSession:
             event_count=len(self.events),
             prompt_tokens=prompt,
             completion_tokens=completion,
+            turn_open=self.turn_open,
         )
         return values
+
+    @property
+    def turn_open(self) -> bool:
+        """The newest user message, tool call or tool result came after the newest assistant
+        message (corrections excluded): a turn is running, or a crash cut it."""
+        opened = closed = 0
+        for event in self.events:
+            if "supersedes" in event.payload:
+                continue
+            if event.type in TURN_OPENERS:
+                opened = event.seq
+            elif event.type == "assistant_message":
+                closed = event.seq
+        return opened > closed
+
+
+@dataclass
+class RefTask:
+    """A task as DESIGN.md's "Tasks (durable work)" describes it. `task_id` is the reference's
+    own id ("t1", "t2"... in creation order); the test maps the journal's ids onto these."""
+
+    task_id: str
+    number: int  # creation counter: the queue's order
+    session_id: str
+    type: str
+    input: Any
+    parent: str | None
+    max_retries: int
+    status: str = "pending"
+    progress: float = 0.0
+    message: str | None = None
+    output: Any = None
+    error: str | None = None
+    attempt: int = 0
+    retry_count: int = 0
+    lease_owner: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The `tasks` projection fields the test compares (`leased`: a lease expiry is set)."""
+        return {
+            "task_id": self.task_id,
+            "session_id": self.session_id,
+            "type": self.type,
+            "input": self.input,
+            "parent": self.parent,
+            "max_retries": self.max_retries,
+            "status": self.status,
+            "progress": self.progress,
+            "message": self.message,
+            "output": self.output,
+            "error": self.error,
+            "attempt": self.attempt,
+            "retry_count": self.retry_count,
+            "lease_owner": self.lease_owner,
+            "leased": self.status == "running",
+        }
 
 
 # -- shapes ---------------------------------------------------------------------------------------
@@ -124,6 +186,11 @@ def _is_seq(value: Any) -> bool:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_arg(ok: bool, what: str) -> None:
+    if not ok:
+        raise Rejected("InvalidArgument", f"bad {what}")
 
 
 def _name_ok(value: Any) -> bool:
@@ -268,6 +335,7 @@ class Reference:
         self.sessions: dict[str, RefSession] = {}
         self.session_keys: dict[str, str] = {}  # create / fork idempotency key -> session id
         self.writes = 0
+        self.tasks: dict[str, RefTask] = {}  # the tenant's tasks, in creation order
 
     def session(self, session_id: str) -> RefSession:
         if session_id not in self.sessions:
@@ -376,7 +444,26 @@ class Reference:
         check_event("session_updated", payload, key, limit=self.limit, verb=True)
         if not SESSION_ID.match(session_id):
             raise Rejected("InvalidArgument", "bad session id")
-        return self.append_many(session_id, [("session_updated", payload, key)], verb=True)
+        update = [("session_updated", payload, key)]
+        session = self.session(session_id)
+        seen = key is not None and any(e.key == key for e in session.events)
+        if status != "deleted" or seen or session.status == "deleted":
+            # A key seen before makes a retry (the original returned) or a Conflict: either way
+            # nothing is written, whatever the request asks for. Deleting a deleted session is
+            # SessionClosed.
+            return self.append_many(session_id, update, verb=True)
+        # DESIGN: delete_session "cancels the session's open tasks in the same transaction". The
+        # cancellations come first, in creation order, each with the reason "session deleted"
+        # (DESIGN is silent on both; the library's choice).
+        doomed = [t for t in self.tasks.values() if t.session_id == session_id and t.status in OPEN]
+        cancels = [
+            ("task_cancelled", {"task_id": t.task_id, "reason": "session deleted"}, None)
+            for t in doomed
+        ]
+        events = self.append_many(session_id, [*cancels, *update], verb=True)
+        for task in doomed:
+            self._end(task, "cancelled", error="session deleted")
+        return events
 
     def fork(
         self,
@@ -422,6 +509,176 @@ class Reference:
             self.session_keys[key] = new_id
         self._touch(session)
         return new_id, True
+
+    # -- tasks (DESIGN.md "Tasks (durable work)") -------------------------------------------------
+    # DESIGN gives no error for a bad argument; like the rest of the reference, a bad id, number or
+    # flag is `InvalidArgument`, checked before anything is read (the library's order).
+
+    def task(self, task_id: str) -> RefTask:
+        _check_arg(SESSION_ID.match(task_id) is not None, "task_id")
+        if task_id not in self.tasks:  # also another tenant's task: it is not this journal's
+            raise Rejected("TaskNotFound", task_id)
+        return self.tasks[task_id]
+
+    def _write(self, task: RefTask, type_: str, fields: dict[str, Any]) -> None:
+        """Append the event `type_` for `task` to its session (the task is not changed yet)."""
+        payload = {"task_id": task.task_id, **fields}
+        self.append_many(task.session_id, [(type_, payload, None)], verb=True)
+
+    def _end(self, task: RefTask, status: str, *, error: str | None) -> None:
+        task.status, task.error, task.lease_owner = status, error, None
+
+    def create_task(
+        self,
+        session_id: str,
+        type_: str,
+        input_: Any,
+        *,
+        parent: str | None = None,
+        max_retries: Any = 3,
+        key: str | None = None,
+    ) -> tuple[str, bool]:
+        """-> (task id, created). A retry (same key, same request) returns the task it made."""
+        _check_arg(SESSION_ID.match(session_id) is not None, "session_id")
+        _check_arg(SESSION_ID.match(type_) is not None, "type")
+        _check_arg(parent is None or SESSION_ID.match(parent) is not None, "parent_task_id")
+        _check_arg(_is_count(max_retries), "max_retries")
+        request: dict[str, Any] = {"type": type_, "input": input_, "max_retries": max_retries}
+        if parent is not None:
+            request["parent_task_id"] = parent
+        # The payload's size counts the task id too; the test's inputs are small or far over the
+        # limit, so the id's length never decides.
+        check_event("task_created", {"task_id": "t0", **request}, key, limit=self.limit, verb=True)
+        session = self.session(session_id)
+        original = next((e for e in session.events if key is not None and e.key == key), None)
+        if original is not None:
+            # Checked before the parent and before the deleted status (DESIGN is silent; as for
+            # appends, a retry writes nothing so a deleted session still answers it).
+            asked = {k: v for k, v in original.payload.items() if k != "task_id"}
+            if original.type != "task_created" or not same_json(asked, request):
+                raise Rejected("Conflict", "key reused for another request")
+            return original.payload["task_id"], False
+        if parent is not None and self.task(parent).session_id != session_id:
+            raise Rejected("InvalidArgument", "a sub-task lives in its parent's session")
+        number = len(self.tasks) + 1
+        task_id = f"t{number}"
+        payload = {"task_id": task_id, **request}
+        self.append_many(session_id, [("task_created", payload, key)], verb=True)
+        self.tasks[task_id] = RefTask(
+            task_id, number, session_id, type_, copy.deepcopy(input_), parent, max_retries
+        )
+        return task_id, True
+
+    def claim_task(self, worker: Any, types: Any, lease_seconds: Any) -> str | None:
+        """The oldest pending task (of `types`) starts its next attempt under `worker`'s lease."""
+        _check_arg(isinstance(worker, str) and worker != "" and worker.isprintable(), "worker")
+        _check_arg(
+            types is None
+            or (
+                isinstance(types, list)
+                and types != []
+                and all(isinstance(t, str) and SESSION_ID.match(t) for t in types)
+            ),
+            "types",
+        )
+        _check_arg(
+            isinstance(lease_seconds, int | float)
+            and not isinstance(lease_seconds, bool)
+            and lease_seconds > 0,
+            "lease_seconds",
+        )
+        pending = [
+            t
+            for t in self.tasks.values()
+            if t.status == "pending" and (types is None or t.type in types)
+        ]
+        if not pending:
+            return None
+        task = min(pending, key=lambda t: t.number)
+        attempt = task.attempt + 1
+        fields = {"attempt": attempt, "worker": worker, "lease_seconds": float(lease_seconds)}
+        self._write(task, "task_started", fields)
+        task.status, task.attempt, task.lease_owner = "running", attempt, worker
+        return task.task_id
+
+    def _running(self, task_id: str, attempt: Any) -> RefTask:
+        """A report names its attempt; only the running attempt may report (else Conflict)."""
+        _check_arg(SESSION_ID.match(task_id) is not None, "task_id")
+        _check_arg(_is_seq(attempt), "attempt")
+        task = self.task(task_id)
+        if task.status != "running":
+            raise Rejected("Conflict", f"the task is {task.status}")
+        if attempt != task.attempt:
+            raise Rejected("Conflict", "a stale attempt")
+        return task
+
+    def task_progress(self, task_id: str, progress: Any, attempt: Any, message: Any) -> None:
+        _check_arg(
+            isinstance(progress, int | float)
+            and not isinstance(progress, bool)
+            and 0 <= progress <= 1,
+            "progress",
+        )
+        _check_arg(message is None or isinstance(message, str), "message")
+        task = self._running(task_id, attempt)
+        fields: dict[str, Any] = {"attempt": attempt, "progress": float(progress)}
+        if message is not None:
+            fields["message"] = message
+        self._write(task, "task_progress", fields)
+        # The message is the latest report's: a report without one clears it (DESIGN is silent).
+        task.progress, task.message = float(progress), message
+
+    def complete_task(self, task_id: str, attempt: Any, output: Any) -> None:
+        # The output is checked as a payload after the task's state (DESIGN is silent on the
+        # order of Conflict and InvalidEvent; the library's).
+        task = self._running(task_id, attempt)
+        self._write(task, "task_completed", {"attempt": attempt, "output": output})
+        # Completed means all done: progress 1.0. An earlier attempt's error stays (DESIGN is
+        # silent; the library's choice).
+        self._end(task, "completed", error=task.error)
+        task.output, task.progress = copy.deepcopy(output), 1.0
+
+    def fail_task(self, task_id: str, attempt: Any, error: Any, retryable: Any) -> None:
+        """Back to pending (one more retry counted) while the failure is retryable and
+        `retry_count < max_retries`; otherwise failed for good, the count unchanged."""
+        _check_arg(isinstance(error, str), "error")
+        _check_arg(isinstance(retryable, bool), "retryable")
+        task = self._running(task_id, attempt)
+        retry = retryable and task.retry_count < task.max_retries
+        count = task.retry_count + 1 if retry else task.retry_count
+        fields = {"attempt": attempt, "error": error, "retry": retry, "retry_count": count}
+        self._write(task, "task_failed", fields)
+        self._end(task, "pending" if retry else "failed", error=error)
+        task.retry_count = count
+
+    def cancel_task(self, task_id: str, reason: Any) -> None:
+        """The task and its open descendants (also below descendants that ended) are cancelled;
+        a task that ended is a Conflict."""
+        _check_arg(reason is None or isinstance(reason, str), "reason")
+        task = self.task(task_id)
+        if task.status not in OPEN:
+            raise Rejected("Conflict", f"the task is {task.status}")
+
+        def depth(t: RefTask) -> int | None:
+            """How many parent links lead from `t` up to `task` (None: not below it)."""
+            steps = 0
+            while t.task_id != task.task_id:
+                if t.parent is None:
+                    return None
+                t, steps = self.tasks[t.parent], steps + 1
+            return steps
+
+        below = [(depth(t), t) for t in self.tasks.values() if t.status in OPEN]
+        # DESIGN is silent on the order of the cancellations: like the library, the deepest
+        # first, and the newest first among tasks as deep.
+        ranked = sorted((-d, -t.number, t.task_id) for d, t in below if d is not None)
+        doomed = [self.tasks[ranked_id] for _, _, ranked_id in ranked]
+        extra = {} if reason is None else {"reason": reason}
+        batch = [("task_cancelled", {"task_id": t.task_id, **extra}, None) for t in doomed]
+        self.append_many(task.session_id, batch, verb=True)
+        for doomed_task in doomed:
+            # The reason becomes the task's error, None without one (DESIGN is silent).
+            self._end(doomed_task, "cancelled", error=reason)
 
     def listed(self, status: str | None) -> list[str]:
         """`sessions(status=...)`: newest activity first; deleted ones only when asked for."""

@@ -1,12 +1,21 @@
 """The model-based test: random histories, applied to a real journal and to a reference.
 
-Each step sends one request (an append, a batch, a retry, a compaction, a fork, a delete...) to a
-`Journal` on a fresh SQLite file and to `reference_journal.Reference`, which is written from
-DESIGN.md and imports nothing from agentjournal. Both must answer alike: the same error class, or
-the same events. After every step the session's events, transcript, tool calls, session row and
-replay (whole, and as of a seq) must agree, and the session list must be in the same order.
+Each step sends one request (an append, a batch, a retry, a compaction, a fork, a delete, a task
+verb...) to a `Journal` on a fresh SQLite file and to `reference_journal.Reference`, which is
+written from DESIGN.md and imports nothing from agentjournal. Both must answer alike: the same error
+class, or the same events. After every step the session's events, transcript, tool calls, session
+row (`turn_open` included) and replay (whole, and as of a seq) must agree, the session list and
+`open_turns()` must be in the same order, and the task board must match (queue order, status,
+progress, attempt, retries, output, error, lease owner). Every tenth step `verify()` must find
+nothing; a second tenant's tasks are never seen, claimed or changed.
 
-`CI=1` runs 500 examples; otherwise 100.
+Task ids are the journal's own; the reference numbers its tasks t1, t2... in creation order and the
+test maps one onto the other (`task_ids`), in events too. Leases last an hour (`LEASE`), so no
+lease expires during a run: no clock decides anything here. `lease_expires_at` is the one field not
+compared (it is a clock value); the test checks it is set exactly while a task runs.
+
+`CI=1` runs 500 examples; otherwise 100. Histories that matter but that random ones reach too
+rarely are spelled out at the end of the file and run through the same machine.
 """
 
 from __future__ import annotations
@@ -15,17 +24,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import hypothesis
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from agentjournal import Journal, NewEvent
+from agentjournal import Journal, NewEvent, Task
 from reference_journal import (
+    OPEN,
     ROLES,
+    TASK_TYPES,
     Ev,
     Reference,
     Rejected,
@@ -94,6 +107,19 @@ EDGE_EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("assistant_message", {"content": "", "usage": {}}),
 ]
 
+# A failing example is shrunk before it is reported, which takes minutes on a busy 2-core machine
+# under CI's example count; the suite-wide 300 s would cut the report off.
+pytestmark = pytest.mark.timeout(600)
+
+
+TASK_KINDS = ["report", "email"]
+LEASE = 3600.0  # no lease expires while a run lasts
+NO_SUCH_TASK = "task_000000000000000000000000"
+# Task inputs and outputs: JSON values, one that is not JSON and one far over the payload limit.
+# No floats: a retry's input is compared as JSON, where 1 and 1.0 differ.
+VALUES: list[Any] = [None, 7, "done", {"rows": [1, "你"]}, {"x": float("nan")}, "你" * LIMIT]
+WEIGHTED_VALUES = st.sampled_from(VALUES[:4] * 3 + VALUES[4:])
+
 
 def run_real(call: Callable[[], T]) -> tuple[T | None, str | None]:
     try:
@@ -109,10 +135,22 @@ def run_ref(call: Callable[[], T]) -> tuple[T | None, str | None]:
         return None, exc.kind
 
 
-def view(event: Any) -> tuple[int, str, dict[str, Any], str | None]:
+def view(
+    event: Any, task_ids: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, Any], str | None]:
+    """Seq, type, payload and key. A journal's task event has its task ids put in the reference's
+    terms (through `task_ids`) and its `lease_expires_at` (a clock value) dropped."""
     if isinstance(event, Ev):
         return (event.seq, event.type, event.payload, event.key)
-    return (event.seq, event.type, event.payload, event.idempotency_key)
+    payload = event.payload
+    if task_ids is not None and event.type in TASK_TYPES:
+        payload = dict(payload)
+        for name in ("task_id", "parent_task_id"):
+            if name in payload:
+                payload[name] = task_ids.get(payload[name], f"unknown {payload[name]}")
+        expires = payload.pop("lease_expires_at", None)
+        assert isinstance(expires, int) == (event.type in ("task_started", "task_progress"))
+    return (event.seq, event.type, payload, event.idempotency_key)
 
 
 class JournalMachine(RuleBasedStateMachine):
@@ -127,6 +165,12 @@ class JournalMachine(RuleBasedStateMachine):
         self.created_at: dict[tuple[str, int], int] = {}
         self.newest_id = 0
         self.step = 0
+        self.task_ids: dict[str, str] = {}  # the journal's task id -> the reference's
+        self.real_task_ids: dict[str, str] = {}  # and back
+        self.task_requests: list[dict[str, Any]] = []  # keyed create_task requests, to retry
+        self.updates: list[tuple[str, str | None, str | None, str]] = []  # keyed, to repeat
+        self.other = self.journal.for_tenant("other")
+        self.foreign: list[str] = []  # tasks of tenant "other": never this journal's
 
     def teardown(self) -> None:
         self.journal.close()
@@ -139,16 +183,14 @@ class JournalMachine(RuleBasedStateMachine):
     ) -> tuple[T | None, Any]:
         """Run both; they must fail with the same error class or both succeed."""
         counts = {sid: s.last_seq for sid, s in self.ref.sessions.items()}
-        sessions = len(self.ref.sessions)
         real_result, real_error = run_real(real)
         ref_result, ref_error = run_ref(ref)
         assert real_error == ref_error, f"{what}: journal raised {real_error}, DESIGN {ref_error}"
         hypothesis.event(f"{label or what}: {real_error or 'ok'}")  # --hypothesis-show-statistics
         if real_error is not None:
-            # A rejected request writes nothing.
-            assert len(self.journal.sessions(status="all", limit=EVERYTHING)) == sessions, what
-            for sid, count in counts.items():
-                assert self.journal.get_session(sid).last_seq == count, what
+            # A rejected request writes nothing: the same sessions, each as long as it was.
+            listed = self.journal.sessions(status="all", limit=EVERYTHING)
+            assert {s.session_id: s.last_seq for s in listed} == counts, what
         return real_result, ref_result
 
     def observe(self, events: list[Any], created: bool) -> None:
@@ -320,9 +362,24 @@ class JournalMachine(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------------
 
-    @initialize(prompt=PROMPTS, title=TEXT)
-    def first_session(self, prompt: str | None, title: str) -> None:
+    @initialize(data=st.data(), prompt=PROMPTS, title=TEXT, size=st.integers(1, 4))
+    def first_session(self, data: st.DataObject, prompt: str | None, title: str, size: int) -> None:
+        """s0, with a few tasks queued (a small tree: a sub-task names any earlier one), so that
+        workers, cancellations and their cascades have something to work on from the start."""
         self.create("s0", title, prompt, None, None)
+        for _ in range(size):
+            earlier = list(self.ref.tasks)
+            parents = [None, *earlier, *earlier[-1:] * 2]  # the newest twice: deeper trees
+            parent = data.draw(st.sampled_from(parents), "parent")
+            request = {
+                "session_id": "s0",
+                "type": data.draw(st.sampled_from(TASK_KINDS), "type"),
+                "input": None,
+                "parent": None if parent is None else self.real_task_ids[parent],
+                "max_retries": data.draw(st.integers(0, 3), "max_retries"),
+                "key": None,
+            }
+            self.send_task(request, "create_task")
 
     def create(
         self, session_id: str, title: str, prompt: str | None, model: str | None, key: str | None
@@ -372,6 +429,17 @@ class JournalMachine(RuleBasedStateMachine):
         batch = self.draw_batch(data, session_id, size)
         last = self.ref.sessions[session_id].last_seq
         self.send(data, session_id, batch, self.expected_seq(data, last), "append_many")
+
+    @rule(data=st.data(), type_=st.sampled_from(["user_message", "assistant_message"]))
+    def correct(self, data: st.DataObject, type_: str) -> None:
+        """A correction of the newest original message of `type_`: shown in its place, and it
+        neither opens nor ends a turn (`turn_open`)."""
+        session_id = self.pick(data)
+        history = self.ref.sessions[session_id].events
+        originals = [e.seq for e in history if e.type == type_ and "supersedes" not in e.payload]
+        target = originals[-1] if originals else len(history) + 1
+        payload = {"content": data.draw(TEXT, "text"), "supersedes": target}
+        self.send(data, session_id, [(type_, payload, data.draw(KEYS, "key"))], None, "correct")
 
     @precondition(lambda self: self.sent)
     @rule(
@@ -452,23 +520,42 @@ class JournalMachine(RuleBasedStateMachine):
     )
     def update(self, data: st.DataObject, action: str, title: str) -> None:
         session_id = self.pick(data)
+        deleted = [sid for sid in self.ids if self.ref.sessions[sid].status == "deleted"]
+        if action == "undelete" and deleted and data.draw(st.booleans(), "a deleted one"):
+            session_id = data.draw(st.sampled_from(deleted), "deleted session")
         key = data.draw(KEYS, "key")
         status = {"delete": "deleted", "undelete": "active", "archive": "archived"}.get(action)
         status = "closed" if action == "bogus" else status
         new_title = title if action == "rename" else None
+        if key is not None:
+            self.updates.append((session_id, new_title, status, key))
+        self.send_update(session_id, new_title, status, key, f"update ({action})")
 
+    @precondition(lambda self: self.updates)
+    @rule(data=st.data())
+    def repeat_update(self, data: st.DataObject) -> None:
+        """A keyed update again (a client's retry): it returns the original and writes nothing,
+        whatever happened since (a deletion retried after an undelete cancels no task)."""
+        deletions = [u for u in self.updates if u[2] == "deleted"]
+        pool = deletions if deletions and data.draw(st.booleans(), "a deletion") else self.updates
+        session_id, title, status, key = data.draw(st.sampled_from(pool), "earlier")
+        self.send_update(session_id, title, status, key, "repeat_update")
+
+    def send_update(
+        self, session_id: str, title: str | None, status: str | None, key: str | None, label: str
+    ) -> None:
         def real() -> Any:
-            if action == "delete" and key is None:
+            if status == "deleted" and key is None:
                 return self.journal.delete_session(session_id)
             return self.journal.update_session(
-                session_id, title=new_title, status=status, idempotency_key=key
+                session_id, title=title, status=status, idempotency_key=key
             )
 
         self.agree(
             real,
-            lambda: self.ref.update_session(session_id, title=new_title, status=status, key=key),
-            f"update_session({session_id!r}, {action}, key={key!r})",
-            label=f"update ({action})",
+            lambda: self.ref.update_session(session_id, title=title, status=status, key=key),
+            f"update_session({session_id!r}, title={title!r}, status={status!r}, key={key!r})",
+            label=label,
         )
         self.learn_new(session_id)
 
@@ -515,6 +602,8 @@ class JournalMachine(RuleBasedStateMachine):
         if not fresh:
             return
         self.ids.append(new_id)
+        # DESIGN: a fork's copies of task events create no tasks.
+        assert self.journal.tasks(session_id=new_id) == []
         at = self.ref.sessions[new_id].row()["forked_at_seq"]
         copies = self.journal.events(new_id, limit=EVERYTHING)
         for copy in copies[:at]:
@@ -579,6 +668,266 @@ class JournalMachine(RuleBasedStateMachine):
             label="malformed",
         )
 
+    # -- tasks ------------------------------------------------------------------------------
+
+    def task_row(self, task: Task) -> dict[str, Any]:
+        """The journal's task in the reference's terms (`RefTask.row`)."""
+        parent = task.parent_task_id
+        return {
+            "task_id": self.task_ids.get(task.task_id, f"unknown {task.task_id}"),
+            "session_id": task.session_id,
+            "type": task.type,
+            "input": task.input,
+            "parent": None if parent is None else self.task_ids.get(parent, f"unknown {parent}"),
+            "max_retries": task.max_retries,
+            "status": task.status,
+            "progress": task.progress,
+            "message": task.message,
+            "output": task.output,
+            "error": task.error,
+            "attempt": task.attempt,
+            "retry_count": task.retry_count,
+            "lease_owner": task.lease_owner,
+            "leased": task.lease_expires_at is not None,
+        }
+
+    def same_task(self, task: Task | None, ref_id: str | None, what: str) -> None:
+        """What a task verb returned is the reference's task as it now stands."""
+        if task is None or ref_id is None:
+            assert task is None, f"{what}: journal {task}, DESIGN nothing"
+            assert ref_id is None, f"{what}: journal nothing, DESIGN {ref_id}"
+            return
+        assert self.task_ids.get(task.task_id) == ref_id, f"{what}: the verb's task"
+        assert self.task_row(task) == self.ref.tasks[ref_id].row(), what
+        self.learn_new(task.session_id)
+
+    def draw_task(self, data: st.DataObject, likely: list[str]) -> tuple[str, str]:
+        """(the journal's id, the reference's) of a task: mostly one of `likely` (reference
+        ids), sometimes any, an unknown one, another tenant's, or a malformed id."""
+        anyone = list(self.ref.tasks)
+        odd = ["unknown", *(["foreign"] if self.foreign else []), "bad id!"]
+        kind = data.draw(st.sampled_from(["likely"] * 6 + ["any"] * 2 + ["odd"]))
+        pool = {"likely": likely or anyone, "any": anyone, "odd": odd}[kind]
+        ref_id = data.draw(st.sampled_from(pool), "task")
+        if ref_id == "unknown":
+            real_id = NO_SUCH_TASK
+        elif ref_id == "foreign":
+            real_id = self.foreign[0]
+        else:
+            real_id = self.real_task_ids.get(ref_id, ref_id)  # "bad id!" as it is
+        return real_id, self.task_ids.get(real_id, real_id)
+
+    def foreign_task(self, type_: str) -> None:
+        """A task of tenant "other": this journal must never see, claim or change it."""
+        if not self.foreign:
+            self.other.create_session("elsewhere", session_id="x-other")
+        self.foreign.append(self.other.create_task("x-other", type_).task_id)
+
+    def send_task(self, request: dict[str, Any], label: str) -> None:
+        """`create_task_ex` and the reference's `create_task`, with the reference's ids."""
+        r = request
+        parent = r["parent"]
+        got, want = self.agree(
+            lambda: self.journal.create_task_ex(
+                r["session_id"],
+                r["type"],
+                r["input"],
+                parent_task_id=parent,
+                max_retries=r["max_retries"],
+                idempotency_key=r["key"],
+            ),
+            lambda: self.ref.create_task(
+                r["session_id"],
+                r["type"],
+                r["input"],
+                parent=None if parent is None else self.task_ids.get(parent, parent),
+                max_retries=r["max_retries"],
+                key=r["key"],
+            ),
+            f"create_task({r})",
+            label=label,
+        )
+        if got is None:
+            return
+        task, created = got
+        ref_id, ref_created = want
+        assert created == ref_created, "a retry returns the task it made, and creates none"
+        if created:
+            assert task.task_id not in self.task_ids, "a new task has a new id"
+            self.task_ids[task.task_id] = ref_id
+            self.real_task_ids[ref_id] = task.task_id
+        self.same_task(task, ref_id, label)
+
+    def task_request(
+        self, data: st.DataObject, session_id: str, parent: str | None, max_retries: int
+    ) -> dict[str, Any]:
+        request = {
+            "session_id": session_id,
+            "type": data.draw(st.sampled_from(TASK_KINDS), "type"),
+            "input": data.draw(WEIGHTED_VALUES, "input"),
+            "parent": parent,
+            "max_retries": max_retries,
+            "key": data.draw(KEYS, "key"),
+        }
+        if request["key"] is not None:
+            self.task_requests.append(request)
+        return request
+
+    @rule(
+        data=st.data(),
+        max_retries=st.sampled_from([0, 1, 2, 3] * 3 + [-1]),
+        where=st.sampled_from(["session"] * 6 + ["nobody", "other tenant"]),
+        parent=st.sampled_from([None] * 8 + [NO_SUCH_TASK, "foreign", "bad id!"]),
+    )
+    def create_task(
+        self, data: st.DataObject, max_retries: int, where: str, parent: str | None
+    ) -> None:
+        """A task at the top of its tree (or a parent that is not there, not ours, malformed),
+        in one of ours, a missing session, another tenant's; or a task of tenant "other"."""
+        if where == "other tenant":
+            self.foreign_task(data.draw(st.sampled_from(TASK_KINDS), "type"))
+            return
+        session_id = self.pick(data)
+        if where == "nobody":
+            session_id = data.draw(st.sampled_from(["nobody", "x-other"]), "missing session")
+        if parent == "foreign":
+            parent = self.foreign[0] if self.foreign else NO_SUCH_TASK
+        self.send_task(self.task_request(data, session_id, parent, max_retries), "create_task")
+
+    @precondition(lambda self: self.task_ids)
+    @rule(data=st.data(), max_retries=st.sampled_from([0, 1, 2, 3]))
+    def create_sub_task(self, data: st.DataObject, max_retries: int) -> None:
+        """A sub-task of any task, often of one that ended (a cancellation reaches below it),
+        mostly in its parent's session."""
+        tasks = list(self.ref.tasks)  # reference ids in creation order (draws never see ours)
+        ended = [t for t in tasks if self.ref.tasks[t].status not in OPEN]
+        pool = ended if ended and data.draw(st.booleans(), "of an ended task") else tasks
+        chosen = data.draw(st.sampled_from(pool), "parent")
+        parent, session_id = self.real_task_ids[chosen], self.ref.tasks[chosen].session_id
+        if data.draw(st.integers(0, 5), "elsewhere") == 0:
+            session_id = self.pick(data)
+        request = self.task_request(data, session_id, parent, max_retries)
+        self.send_task(request, "create_sub_task")
+
+    @precondition(lambda self: self.task_requests)
+    @rule(
+        data=st.data(),
+        variant=st.sampled_from(["same", "same", "other input", "other retries", "other session"]),
+    )
+    def repeat_create_task(self, data: st.DataObject, variant: str) -> None:
+        """A keyed create_task again: the same request returns the task it made."""
+        request = dict(data.draw(st.sampled_from(self.task_requests), "earlier request"))
+        if variant == "other input":
+            request["input"] = {"other": request["input"]}
+        elif variant == "other retries":
+            request["max_retries"] = (request["max_retries"] + 1) % 4
+        elif variant == "other session":
+            request["session_id"] = self.pick(data)
+        self.send_task(request, f"repeat_create_task ({variant})")
+
+    def claim(self, worker: str, types: Any, lease: float) -> Task | None:
+        got, want = self.agree(
+            lambda: self.journal.claim_task(worker, types, lease),
+            lambda: self.ref.claim_task(worker, types, lease),
+            f"claim_task({worker!r}, {types!r}, {lease})",
+            label="claim_task",
+        )
+        hypothesis.event(f"claim_task: {'a task' if got else 'nothing'}")
+        self.same_task(got, want, "claim_task")
+        return got
+
+    def report(
+        self, data: st.DataObject, verb: str, real_id: str, ref_id: str, attempt: Any
+    ) -> None:
+        """progress, complete or fail; one argument in about eight is malformed."""
+        odd = data.draw(st.integers(0, 7), "malformed argument") == 0
+        call: Callable[[], Any]
+        ref: Callable[[], Any]
+        if verb == "progress":
+            progress = data.draw(
+                st.sampled_from([-0.5, 1.5, True, float("nan")] if odd else [0.0, 0.5, 1.0, 1, 0]),
+                "progress",
+            )
+            message = data.draw(st.sampled_from([None, "half", "half"] + [5] * odd), "message")
+            call = partial(
+                self.journal.task_progress, real_id, progress, attempt=attempt, message=message
+            )
+            ref = partial(self.ref.task_progress, ref_id, progress, attempt, message)
+            what = f"task_progress({ref_id}, {progress!r}, attempt={attempt}, {message!r})"
+        elif verb == "complete":
+            output = data.draw(st.sampled_from(VALUES[4:] if odd else VALUES[:4]), "output")
+            call = partial(self.journal.complete_task, real_id, attempt=attempt, output=output)
+            ref = partial(self.ref.complete_task, ref_id, attempt, output)
+            what = f"complete_task({ref_id}, attempt={attempt}, {output!r:.40})"
+        else:
+            error: Any = data.draw(TEXT, "error")
+            retryable: Any = data.draw(st.sampled_from([True, True, False]), "retryable")
+            if odd and data.draw(st.booleans(), "malformed error"):
+                error = 5
+            elif odd:
+                retryable = "yes"
+            call = partial(
+                self.journal.fail_task, real_id, attempt=attempt, error=error, retryable=retryable
+            )
+            ref = partial(self.ref.fail_task, ref_id, attempt, error, retryable)
+            what = f"fail_task({ref_id}, attempt={attempt}, {error!r}, retryable={retryable!r})"
+        got, _ = self.agree(call, ref, what, label=f"{verb}_task")
+        if got is not None:
+            self.same_task(got, ref_id, what)
+
+    @rule(
+        worker=st.sampled_from(["w1", "w2"]),
+        types=st.sampled_from(
+            [None] * 4 + [["report"], ["email"], ["report", "email"], ["other"], [], "report"]
+        ),
+        lease=st.sampled_from([LEASE] * 9 + [0]),
+    )
+    def claim_task(self, worker: str, types: Any, lease: float) -> None:
+        self.claim(worker, types, lease)
+
+    @rule(data=st.data(), worker=st.sampled_from(["w1", "w2"]), cycles=st.integers(1, 3))
+    def work(self, data: st.DataObject, worker: str, cycles: int) -> None:
+        """A worker's cycles: claim the oldest pending task, report on that attempt at once."""
+        for _ in range(cycles):
+            task = self.claim(worker, None, LEASE)
+            if task is None:
+                return
+            ref_id = self.task_ids[task.task_id]
+            if task.attempt > 1 and data.draw(st.booleans(), "the attempt before reports"):
+                # The worker of the attempt before (its lease was taken over) reports late.
+                late = data.draw(st.sampled_from(["progress", "complete", "fail"]), "late verb")
+                self.report(data, late, task.task_id, ref_id, task.attempt - 1)
+            verb = data.draw(st.sampled_from(["progress", "complete", "fail", "fail"]), "verb")
+            self.report(data, verb, task.task_id, ref_id, task.attempt)
+
+    @precondition(lambda self: self.task_ids)
+    @rule(data=st.data(), verb=st.sampled_from(["progress", "complete", "fail"]))
+    def report_task(self, data: st.DataObject, verb: str) -> None:
+        """A report naming an attempt: mostly the running one, sometimes a stale one, one never
+        started, a malformed one (0), or a task that is not running, not ours, not there."""
+        running = [t.task_id for t in self.ref.tasks.values() if t.status == "running"]
+        real_id, ref_id = self.draw_task(data, running)
+        task = self.ref.tasks.get(ref_id)
+        current = max(task.attempt, 1) if task else 1
+        attempt = data.draw(st.sampled_from([current] * 6 + [current - 1, current + 1]))
+        self.report(data, verb, real_id, ref_id, attempt)
+
+    @precondition(lambda self: self.task_ids)
+    @rule(data=st.data(), reason=st.sampled_from([None, "stop", "stop", 5]))
+    def cancel_task(self, data: st.DataObject, reason: Any) -> None:
+        # Open tasks, those with sub-tasks twice: a cancellation's cascade is the point.
+        open_ = [t.task_id for t in self.ref.tasks.values() if t.status in OPEN]
+        parents = {t.parent for t in self.ref.tasks.values()}
+        real_id, ref_id = self.draw_task(data, open_ + [t for t in open_ if t in parents])
+        got, _ = self.agree(
+            lambda: self.journal.cancel_task(real_id, reason=reason),
+            lambda: self.ref.cancel_task(ref_id, reason),
+            f"cancel_task({ref_id}, {reason!r})",
+            label="cancel_task",
+        )
+        if got is not None:
+            self.same_task(got, ref_id, "cancel_task")
+
     # -- what must hold after every step -----------------------------------------------------
 
     @invariant()
@@ -589,16 +938,57 @@ class JournalMachine(RuleBasedStateMachine):
         for status in (None, "deleted", "all"):
             listed = self.journal.sessions(status=status, limit=EVERYTHING)
             assert [s.session_id for s in listed] == self.ref.listed(status), status
+        cut = [
+            s.session_id
+            for s in sorted(self.ref.sessions.values(), key=lambda s: s.activity)
+            if s.turn_open and s.status != "deleted"
+        ]
+        assert [s.session_id for s in self.journal.open_turns()] == cut
+        self.check_tasks()
         if self.step % 5 == 0:
             feed = self.journal.events_all(limit=EVERYTHING)
             assert len(feed) == sum(s.last_seq for s in self.ref.sessions.values())
             ids = [e.event_id for e in feed]
             assert ids == sorted(set(ids)), "the global feed is in commit order, no repeats"
+            foreign = self.other.tasks(limit=EVERYTHING)
+            assert [(t.task_id, t.status, t.attempt) for t in foreign] == [
+                (task_id, "pending", 0) for task_id in self.foreign
+            ], "another tenant's tasks are never claimed nor changed"
+        if self.step % 10 == 0:
+            report = self.journal.verify()  # the stored projections are the fold of the journal
+            assert report.ok, report
+
+    def check_tasks(self) -> None:
+        """The task board: every task in queue order (= creation order), then one filter."""
+        board = self.journal.tasks(limit=EVERYTHING)
+        assert [self.task_row(t) for t in board] == [t.row() for t in self.ref.tasks.values()]
+        filters: list[dict[str, Any]] = [
+            {"status": "open"},
+            {"status": "pending"},
+            {"status": "running"},
+            {"status": "completed"},
+            {"status": "failed"},
+            {"status": "cancelled"},
+            {"type": "email"},
+            {"session_id": self.ids[self.step % len(self.ids)]},
+        ]
+        chosen = filters[self.step % len(filters)]
+        status = chosen.get("status")
+        statuses = ("pending", "running") if status == "open" else (status,)
+        expected = [
+            t.task_id
+            for t in self.ref.tasks.values()
+            if (status is None or t.status in statuses)
+            and t.type == chosen.get("type", t.type)
+            and t.session_id == chosen.get("session_id", t.session_id)
+        ]
+        found = self.journal.tasks(limit=EVERYTHING, **chosen)
+        assert [self.task_ids.get(t.task_id) for t in found] == expected, chosen
 
     def check_session(self, session_id: str) -> None:
         ref = self.ref.sessions[session_id]
         events = self.journal.events(session_id, limit=EVERYTHING)
-        assert [view(e) for e in events] == [view(e) for e in ref.events]
+        assert [view(e, self.task_ids) for e in events] == [view(e) for e in ref.events]
         for event in events:
             assert self.event_ids[(session_id, event.seq)] == event.event_id, "events never change"
 
@@ -626,7 +1016,8 @@ class JournalMachine(RuleBasedStateMachine):
 
         after, limit = (self.step * 3) % (ref.last_seq + 1), 1 + self.step % 5
         page = self.journal.events(session_id, after=after, limit=limit)
-        assert [view(e) for e in page] == [view(e) for e in ref.events[after : after + limit]]
+        expected_page = ref.events[after : after + limit]
+        assert [view(e, self.task_ids) for e in page] == [view(e) for e in expected_page]
 
 
 JournalMachine.TestCase.settings = settings(
@@ -636,3 +1027,27 @@ JournalMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestJournalModel = JournalMachine.TestCase
+
+
+# Histories that the random ones reach too rarely for CI's fixed sample, spelled out and checked by
+# the same machine (inside a one-example Hypothesis test, which its statistics need).
+
+
+@settings(max_examples=1, database=None, deadline=None)
+@given(st.none())
+def test_a_retried_delete_after_an_undelete_writes_nothing(nothing: None) -> None:
+    machine = JournalMachine()
+    try:
+        machine.create("s0", "chat", None, None, None)
+        machine.journal_matches_reference()
+        machine.send_update("s0", None, "deleted", "k1", "delete")
+        machine.journal_matches_reference()
+        machine.send_update("s0", None, "active", None, "undelete")
+        machine.journal_matches_reference()
+        task = {"session_id": "s0", "type": "report", "input": None, "parent": None}
+        machine.send_task({**task, "max_retries": 3, "key": None}, "create_task")
+        machine.journal_matches_reference()
+        machine.send_update("s0", None, "deleted", "k1", "the client's retry of the delete")
+        machine.journal_matches_reference()
+    finally:
+        machine.teardown()
