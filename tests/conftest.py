@@ -1,5 +1,7 @@
 """Shared fixtures. `journal` is the contract fixture: every store test takes it, and every
-backend agentjournal ships is a parameter of it (SQLite now; PostgreSQL joins with its issue)."""
+backend agentjournal ships is a parameter of it: SQLite (a file) and PostgreSQL (a schema of the
+server on 127.0.0.1:5432, see postgres_fixtures.py). `journal_url` opens the same database again,
+for tests that close and reopen it or hand it to another process."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
+from postgres_fixtures import fresh_schema, url_for
+
+BACKENDS = ["sqlite"]
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -22,6 +27,15 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def journal(backend: str, db_path: Path) -> Iterator[Journal]:
-    with Journal.open(db_path) as opened:
+def journal_url(backend: str, db_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield str(db_path)
+        return
+    with fresh_schema() as schema:
+        yield url_for(schema)
+
+
+@pytest.fixture
+def journal(journal_url: str) -> Iterator[Journal]:
+    with Journal.open(journal_url) as opened:
         yield opened

@@ -46,7 +46,9 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 @app.command()
 def serve(
-    db: Annotated[str, typer.Option(help="Database file (created if missing).")] = "agent.db",
+    db: Annotated[
+        str, typer.Option(help="SQLite file (created if missing) or postgresql:// URL.")
+    ] = "agent.db",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 4 * 1024 * 1024,
@@ -131,7 +133,7 @@ app.add_typer(keys_app, name="keys")
 @keys_app.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
-    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
     label: Annotated[str, typer.Option(help="A note to tell keys apart.")] = "",
 ) -> None:
     """Create a key and print it once (only a hash is stored).
@@ -149,7 +151,7 @@ def keys_create(
 
 @keys_app.command("list")
 def keys_list(
-    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
 ) -> None:
     """List keys (ids, tenants, labels; never secrets).
@@ -168,7 +170,7 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key id (the part after aj_).")],
-    db: Annotated[str, typer.Option(help="Database file.")] = "agent.db",
+    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
 ) -> None:
     """Revoke a key; requests with it answer 401 within seconds.
 

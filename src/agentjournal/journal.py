@@ -89,15 +89,30 @@ class Journal(TaskVerbs):
         durability: Durability = "full",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> Journal:
-        """Open (creating if needed) a journal: a SQLite file path or `sqlite:///path`.
+        """Open (creating if needed) a journal: a SQLite file path or `sqlite:///path`, or a
+        `postgresql://` URL (docs/postgres.md: options `schema`, `pooler`, `pool_size`).
 
         `durability="full"` (the default) survives power loss; `"normal"` survives a process
-        crash but may lose the last acknowledged commits on power loss (never half of one).
+        crash but may lose the last acknowledged commits on power loss (never half of one; on
+        PostgreSQL, `synchronous_commit = off`).
         """
         check_id(tenant, "tenant")
+        if durability not in ("full", "normal"):
+            raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         target = str(url)
         if target.startswith(("postgresql://", "postgres://")):
-            raise InvalidArgument("the PostgreSQL backend is not available in this version yet")
+            try:
+                from agentjournal.backends.postgres import PostgresStorage
+            except ImportError as exc:
+                raise InvalidArgument(
+                    f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
+                    f" ({exc})"
+                ) from exc
+            return cls(
+                PostgresStorage(target, durability),
+                tenant=tenant,
+                max_payload_bytes=max_payload_bytes,
+            )
         if target.startswith("sqlite:///"):
             target = target[len("sqlite:///") :]
         if not target or target == ":memory:" or target.startswith("file:"):

@@ -24,8 +24,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from agentjournal.errors import StorageError
-
 __all__ = ["CommitSignal", "GroupCommit", "GroupWork", "TransactionControl"]
 
 T = TypeVar("T")
@@ -47,6 +45,8 @@ class TransactionControl(Protocol[Tx]):
     def savepoint(self) -> None: ...
     def release(self) -> None: ...
     def rollback_to_savepoint(self) -> None: ...
+    def failed_commit(self, exc: BaseException) -> BaseException:
+        """What callers whose work succeeded get when COMMIT raised `exc`."""
 
 
 class _Request:
@@ -165,7 +165,7 @@ class GroupCommit(Generic[Tx]):
             control.commit()
         except BaseException as exc:
             control.rollback()
-            failure = StorageError(f"commit failed, nothing of this batch was written: {exc}")
+            failure = control.failed_commit(exc)
             for request in batch:
                 if request.error is None:
                     request.error = failure

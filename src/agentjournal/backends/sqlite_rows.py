@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from agentjournal.backends.projection_rows import TASK_COLUMN_NAMES
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
 from agentjournal.projection import Session, Task
@@ -20,11 +21,7 @@ TOOL_CALL_COLUMNS: Final = (
     "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
 )
 
-TASK_COLUMNS: Final = (
-    "task_id, session_id, tenant, type, input, parent_task_id, status, progress, message, "
-    "output, error, attempt, retry_count, max_retries, lease_owner, lease_seconds, "
-    "lease_expires_at, created_seq, created_at, updated_at"
-)
+TASK_COLUMNS: Final = ", ".join(TASK_COLUMN_NAMES)
 
 
 # Payloads are our own canonical JSON (no surrounding whitespace), so the decoder's own entry

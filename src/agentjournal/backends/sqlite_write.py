@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Final
 
 from agentjournal.backends import ApiKeyRow, EventRow
+from agentjournal.backends.projection_rows import (
+    SESSION_FIELDS,
+    TASK_COLUMN_NAMES,
+    encode_session_fields,
+    projection_rows,
+    task_values,
+)
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -19,20 +25,9 @@ from agentjournal.backends.sqlite_rows import (
     position_number,
     task_from_row,
 )
-from agentjournal.events import MESSAGE_ROLES, Event, canonical_json
-from agentjournal.projection import (
-    MessageAdded,
-    MessageCorrected,
-    Projection,
-    SessionChanged,
-    Task,
-    TaskChanged,
-    TaskCreated,
-    ToolCallClosed,
-    ToolCallOpened,
-    UsageAdded,
-    effects,
-)
+from agentjournal.errors import StorageError
+from agentjournal.events import MESSAGE_ROLES, Event
+from agentjournal.projection import Projection, Task
 from agentjournal.rules import SessionState
 
 __all__ = ["Control", "SQLiteTx"]
@@ -51,31 +46,9 @@ _INSERT_MESSAGE: Final = (
 _INSERT_TOOL_CALL: Final = (
     "INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq) VALUES (?, ?, ?, ?, ?)"
 )
-_SESSION_FIELDS: Final = frozenset(
-    {
-        "title",
-        "status",
-        "model",
-        "system_prompt",
-        "metadata",
-        "forked_from",
-        "forked_at_seq",
-        "created_at",
-        "turn_open",
-    }
-)
-_TASK_FIELDS: Final = frozenset(TASK_COLUMNS.split(", ")) - {"task_id", "session_id", "tenant"}
-_TASK_JSON_FIELDS: Final = frozenset({"input", "output"})
 _INSERT_TASK: Final = (
-    f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(TASK_COLUMNS.split(',')))})"
+    f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(TASK_COLUMN_NAMES))})"
 )
-
-
-def _task_values(task: Task) -> tuple[Any, ...]:
-    return tuple(
-        canonical_json(getattr(task, name)) if name in _TASK_JSON_FIELDS else getattr(task, name)
-        for name in TASK_COLUMNS.split(", ")
-    )
 
 
 class Control:
@@ -103,6 +76,10 @@ class Control:
 
     def rollback_to_savepoint(self) -> None:
         self.conn.execute("ROLLBACK TO request")
+
+    def failed_commit(self, exc: BaseException) -> BaseException:
+        # SQLite's COMMIT either happens or leaves the transaction open (rolled back above).
+        return StorageError(f"commit failed, nothing of this batch was written: {exc}")
 
 
 class SQLiteTx:
@@ -275,74 +252,52 @@ class SQLiteTx:
         return len(rows)
 
     def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
-        """Apply the projections of `events` (see agentjournal.projection.effects); `tenants`
-        maps their sessions to tenants, None for a fork's copies, whose task events create no
-        tasks (the tasks stay the parent's). The sessions' counters follow by trigger."""
-        added: list[tuple[Any, ...]] = []
-        opened: list[tuple[Any, ...]] = []
-        corrected: list[tuple[Any, ...]] = []
-        closed: list[tuple[Any, ...]] = []
-        usage: dict[str, list[int]] = {}
-        for event in events:
-            sid = event.session_id
-            for effect in effects(event):
-                match effect:
-                    case MessageAdded(seq, role, content, tokens, created_at):
-                        added.append((sid, seq, role, content, tokens, created_at))
-                    case MessageCorrected(seq, content, tokens, edited_seq):
-                        corrected.append((content, tokens, edited_seq, sid, seq))
-                    case ToolCallOpened(call_id, name, arguments, call_seq):
-                        opened.append((sid, call_id, name, arguments, call_seq))
-                    case ToolCallClosed(call_id, result, status, result_seq):
-                        closed.append((result, status, result_seq, sid, call_id))
-                    case SessionChanged(fields):
-                        self._update_session(sid, fields)
-                    case UsageAdded(prompt, completion):
-                        totals = usage.setdefault(sid, [0, 0])
-                        totals[0] += prompt
-                        totals[1] += completion
-                    case TaskCreated(task) if tenants is not None:
-                        task = replace(task, tenant=tenants[sid])
-                        self.conn.execute(_INSERT_TASK, _task_values(task))
-                    case TaskChanged(task_id, fields) if tenants is not None:
-                        self._update_task(task_id, fields)
-        # Inserts before updates: a result or correction may follow its original in one group.
-        if added:
-            self.conn.executemany(_INSERT_MESSAGE, added)
-        if opened:
-            self.conn.executemany(_INSERT_TOOL_CALL, opened)
-        if corrected:
+        """Apply the projections of `events` (see `projection_rows`); the sessions' counters
+        follow by trigger."""
+        rows = projection_rows(events, tenants)
+        for sid, fields in rows.session_changes:
+            self._update_session(sid, fields)
+        for change in rows.task_changes:
+            if isinstance(change, Task):
+                self.conn.execute(_INSERT_TASK, task_values(change))
+            else:
+                self._update_task(*change)
+        if rows.messages_added:
+            self.conn.executemany(_INSERT_MESSAGE, rows.messages_added)
+        if rows.calls_opened:
+            self.conn.executemany(_INSERT_TOOL_CALL, rows.calls_opened)
+        if rows.messages_corrected:
             self.conn.executemany(
                 "UPDATE messages SET content = ?, tokens = ?, edited_seq = ?"
                 " WHERE session_id = ? AND seq = ?",
-                corrected,
+                rows.messages_corrected,
             )
-        if closed:
+        if rows.calls_closed:
             self.conn.executemany(
                 "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
                 " WHERE session_id = ? AND call_id = ?",
-                closed,
+                rows.calls_closed,
             )
-        if usage:
+        if rows.usage:
             self.conn.executemany(
                 "UPDATE sessions SET prompt_tokens = prompt_tokens + ?,"
                 " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-                [(p, c, sid) for sid, (p, c) in usage.items()],
+                [(p, c, sid) for sid, (p, c) in rows.usage.items()],
             )
 
-    def _update_session(self, session_id: str, fields: dict[str, Any]) -> None:
-        assert fields.keys() <= _SESSION_FIELDS, fields.keys()
-        values = [canonical_json(v) if k == "metadata" else v for k, v in fields.items()]
+    def _update_session(self, session_id: str, fields: Mapping[str, Any]) -> None:
+        """`fields` encoded already (projection_rows.encode_session_fields)."""
         assignments = ", ".join(f"{name} = ?" for name in fields)
         self.conn.execute(
-            f"UPDATE sessions SET {assignments} WHERE session_id = ?", (*values, session_id)
+            f"UPDATE sessions SET {assignments} WHERE session_id = ?",
+            (*fields.values(), session_id),
         )
 
     def _update_task(self, task_id: str, fields: Mapping[str, Any]) -> None:
-        assert fields.keys() <= _TASK_FIELDS, fields.keys()
-        values = [canonical_json(v) if k in _TASK_JSON_FIELDS else v for k, v in fields.items()]
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self.conn.execute(f"UPDATE tasks SET {assignments} WHERE task_id = ?", (*values, task_id))
+        self.conn.execute(
+            f"UPDATE tasks SET {assignments} WHERE task_id = ?", (*fields.values(), task_id)
+        )
 
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         session = projection.session
@@ -351,7 +306,7 @@ class SQLiteTx:
         self.conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (sid,))
         self.conn.execute("DELETE FROM tasks WHERE session_id = ?", (sid,))
         self.conn.executemany(
-            _INSERT_TASK, [_task_values(task) for task in projection.tasks.values()]
+            _INSERT_TASK, [task_values(task) for task in projection.tasks.values()]
         )
         self.conn.executemany(
             f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -367,8 +322,8 @@ class SQLiteTx:
                 for t in projection.tool_calls.values()
             ],
         )
-        fields = {name: getattr(session, name) for name in _SESSION_FIELDS}
-        self._update_session(sid, fields)
+        fields = {name: getattr(session, name) for name in SESSION_FIELDS}
+        self._update_session(sid, encode_session_fields(fields))
         self.conn.execute(
             "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = ?, updated_at = ?,"
             " prompt_tokens = ?, completion_tokens = ? WHERE session_id = ? AND tenant = ?",

@@ -93,7 +93,7 @@ async def list_sessions(
     tenant: Tenant,
     status: Literal["active", "archived", "deleted", "all"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    cursor: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
+    cursor: Annotated[str | None, Query(max_length=39, pattern=r"^[0-9]+$")] = None,
 ) -> SessionPage:
     """Sessions, most recent activity first; follow `next_cursor` for the next page."""
     sessions = await journal_for(request, tenant).sessions(
@@ -297,18 +297,18 @@ async def compact(
 async def stream_feed(
     request: Request,
     tenant: Tenant,
-    after: Annotated[str | None, Query(max_length=19, pattern=r"^[0-9]+$")] = None,
+    after: Annotated[str | None, Query(max_length=39, pattern=r"^[0-9]+$")] = None,
     follow: bool = True,
     last_event_id: Annotated[
-        str | None, Header(alias="Last-Event-ID", max_length=19, pattern=r"^[0-9]+$")
+        str | None, Header(alias="Last-Event-ID", max_length=39, pattern=r"^[0-9]+$")
     ] = None,
 ) -> Response:
     """The tenant's events in commit order after a position, then live ones."""
     if last_event_id is not None:
         after = last_event_id
-    if after is not None and not (after.isascii() and after.isdigit() and int(after) <= MAX_INT):
-        raise Problem(422, "Invalid request", "after / Last-Event-ID must be a position")
     service = service_of(request)
+    # Positions are the backend's own (opaque); it says whether this one is, before streaming.
+    await journal_for(request, tenant).events_all(after=after, limit=1)
     service.check_streams(request.state.key_id)
     return feed_stream(service, tenant, request.state.key_id, after, follow)
 

@@ -1,0 +1,456 @@
+"""The PostgreSQL backend: any number of instances sharing one database.
+
+Writes go through group commit (concurrent writers of one process share a transaction, as on
+SQLite) on a connection borrowed from a psycopg pool for each transaction. Reads are one
+pipelined round trip each: BEGIN, the tenant scope for row-level security, the query, COMMIT.
+A LISTEN connection turns other instances' commits into wake-ups of the local commit signal, so
+a stream served here sees an append made elsewhere at once. See docs/postgres.md for the global
+order (why a reader resuming after a position never misses an event) and for running behind
+a transaction-mode pooler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Collection, Sequence
+from importlib import resources
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from agentjournal.backends import ApiKeyRow, WriteTx
+from agentjournal.backends.group_commit import CommitSignal, GroupCommit
+from agentjournal.backends.postgres_rows import (
+    EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    TASK_COLUMNS,
+    TOOL_CALL_COLUMNS,
+    decode_position,
+    event_from_row,
+    session_from_row,
+    task_from_row,
+)
+from agentjournal.backends.postgres_write import CommitUnknown, Control
+from agentjournal.errors import Conflict, InvalidArgument, StorageError
+from agentjournal.events import Event
+from agentjournal.projection import Message, Session, Task, ToolCall
+
+__all__ = ["PostgresStorage"]
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+
+log = logging.getLogger("agentjournal.postgres")
+
+_KEY_COLUMNS: Final = "key_id, tenant, secret_hash, label, created_at, revoked_at"
+_SCOPE: Final = "SELECT set_config('agentjournal.tenant', %s, true)"
+_ALL_TENANTS: Final = "*"
+# A write whose transaction was rolled back by a lost connection, a deadlock or a serialization
+# failure is run again, this many times in all, on a fresh connection.
+WRITE_ATTEMPTS: Final = 3
+_RETRYABLE: Final = (
+    psycopg.OperationalError,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_OPTIONS: Final = ("schema", "pooler", "pool_size")
+
+
+def _migrations() -> list[str]:
+    folder = resources.files("agentjournal.backends").joinpath("postgres_migrations")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return [f.read_text(encoding="utf-8") for f in files]
+
+
+def parse_url(url: str) -> tuple[str, dict[str, str]]:
+    """The libpq URL without agentjournal's own query options, and those options:
+    `schema` (default: the role's search_path), `pooler=transaction` (no prepared statements,
+    no LISTEN: behind PgBouncer and the like) and `pool_size` (default 8)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options = {k: v for k, v in query if k in _OPTIONS}
+    rest = [(k, v) for k, v in query if k not in _OPTIONS]
+    if "schema" in options and not _IDENTIFIER.fullmatch(options["schema"]):
+        raise InvalidArgument("schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+    if options.get("pooler", "session") not in ("session", "transaction"):
+        raise InvalidArgument("pooler must be 'session' or 'transaction'")
+    size = options.get("pool_size", "8")
+    if not (size.isdigit() and 1 <= int(size) <= 1000):
+        raise InvalidArgument("pool_size must be a whole number from 1 to 1000")
+    return urlunsplit(parts._replace(query=urlencode(rest))), options
+
+
+class PostgresStorage:
+    """A journal in a PostgreSQL database (or one schema of it). Thread-safe."""
+
+    def __init__(self, url: str, durability: str = "full") -> None:
+        if durability not in ("full", "normal"):
+            raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
+        self._conninfo, options = parse_url(url)
+        self.schema = options.get("schema")
+        self.pooled = options.get("pooler") == "transaction"
+        self._closed = False
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if self.pooled:
+            kwargs["prepare_threshold"] = None  # a pooler may hand each statement elsewhere
+        size = int(options.get("pool_size", "8"))
+        self._pool = ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=size,
+            kwargs=kwargs,
+            configure=self._configure,
+            open=False,
+            name="agentjournal",
+        )
+        try:
+            self._pool.open(wait=True, timeout=15)
+        except psycopg.Error as exc:
+            self._pool.close()
+            raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        try:
+            self.channel = self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+        self.signal = CommitSignal()
+        self._group = GroupCommit(
+            Control(self._pool.getconn, self._pool.putconn, self.channel, durability == "full"),
+            self.signal.notify,
+        )
+        self._stop = threading.Event()
+        self._listener: threading.Thread | None = None
+        if not self.pooled:
+            self._listener = threading.Thread(
+                target=self._listen, name="agentjournal-listen", daemon=True
+            )
+            self._listener.start()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.schema is not None:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+
+    def _migrate(self) -> str:
+        migrations = _migrations()
+        with self._pool.connection() as conn, conn.transaction():
+            if self.schema is not None:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            if schema is None or schema[0] is None:
+                raise StorageError("the connection has no schema to create tables in")
+            # Instances starting together: one migrates, the others wait and find it done.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || %s))", schema)
+            conn.execute("CREATE TABLE IF NOT EXISTS agentjournal_schema (version integer)")
+            row = conn.execute("SELECT max(version) FROM agentjournal_schema").fetchone()
+            found = (row[0] if row else None) or 0
+            if found > len(migrations):
+                raise StorageError(
+                    f"the database has schema version {found}, newer than this agentjournal"
+                    f" knows ({len(migrations)}); upgrade agentjournal to open it"
+                )
+            for number, script in enumerate(migrations[found:], start=found + 1):
+                conn.execute(script.encode("utf-8"))  # no parameters: a script runs whole
+                conn.execute("INSERT INTO agentjournal_schema (version) VALUES (%s)", (number,))
+            bypass = conn.execute(
+                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+        if bypass and bypass[0]:
+            log.warning(
+                "connected to PostgreSQL as a superuser or BYPASSRLS role: row-level security"
+                " does not apply to it, so tenant isolation rests on agentjournal's queries"
+                " alone; connect as an ordinary role (docs/postgres.md)"
+            )
+        return f"agentjournal.{schema[0]}"[:63]
+
+    def _listen(self) -> None:
+        """Wake local subscribers when any instance commits (the payload is only a hint)."""
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self.signal.notify()  # whatever committed while we were not listening
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            if self._stop.is_set():
+                                break
+                            self.signal.notify()
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                    self._stop.wait(1.0)
+
+    def close(self) -> None:
+        self._closed = True
+        self._stop.set()
+        if self._listener is not None:
+            # Wake the listener out of its wait (other instances take it as a spare wake-up).
+            with contextlib.suppress(psycopg.Error), self._pool.connection() as conn:
+                conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
+            self._listener.join(timeout=5)
+        self._pool.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def write(self, work: Callable[[WriteTx], T]) -> T:
+        result: T = self._submit(lambda: self._group.submit(work))
+        return result
+
+    def write_grouped(
+        self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
+    ) -> T:
+        result: T = self._submit(lambda: self._group.submit_grouped(work, item))
+        return result
+
+    def _submit(self, call: Callable[[], Any]) -> Any:
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            if self._closed:
+                raise StorageError("the journal is closed")
+            try:
+                return call()
+            except CommitUnknown:
+                raise
+            except psycopg.IntegrityError as exc:
+                # The rules ran first, so this is a race the database caught.
+                raise Conflict(f"the database refused the write: {exc}") from exc
+            except _RETRYABLE as exc:
+                # Rolled back, never committed: safe to run again on a fresh connection.
+                if attempt == WRITE_ATTEMPTS:
+                    raise StorageError(f"write failed after {attempt} attempts: {exc}") from exc
+                log.warning("write attempt %d failed (%s); retrying", attempt, exc)
+                self._pool.check()
+            except psycopg.Error as exc:
+                raise StorageError(f"write failed: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def checkpoint(self) -> None:
+        """After a purge: VACUUM, so the purged rows' space is reclaimed and overwritten (the
+        server's WAL keeps them until it is recycled, like any deleted row)."""
+        with self._pool.connection() as conn:
+            conn.execute("VACUUM messages, tool_calls, tasks, events, sessions")
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _read(
+        self, tenant: str | None, query: str, params: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """One statement in a transaction scoped to `tenant` (None: every tenant), pipelined
+        into one round trip; retried once on a fresh connection if the connection was lost."""
+        if self._closed:
+            raise StorageError("the journal is closed")
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection() as conn:
+                    with conn.pipeline():
+                        conn.execute("BEGIN READ ONLY")
+                        conn.execute(_SCOPE, (tenant or _ALL_TENANTS,))
+                        cursor = conn.execute(query, params)
+                        conn.execute("COMMIT")
+                    return cursor.fetchall()
+            except psycopg.OperationalError as exc:
+                if attempt == 2:
+                    raise StorageError(f"read failed: {exc}") from exc
+                self._pool.check()
+            except psycopg.Error as exc:
+                raise StorageError(f"read failed: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def session(self, tenant: str, session_id: str) -> Session | None:
+        rows = self._read(
+            tenant,
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = %s AND tenant = %s",
+            (session_id, tenant),
+        )
+        return session_from_row(rows[0]) if rows else None
+
+    def sessions(
+        self, tenant: str, statuses: Sequence[str], limit: int, before: str | None
+    ) -> list[Session]:
+        if before:
+            tx, event_id = decode_position(before)
+        else:
+            tx, event_id = 2**64 - 1, 2**63 - 1
+        rows = self._read(
+            tenant,
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = %s AND status = ANY(%s)"
+            " AND (last_tx, last_event_id) < (%s::text::xid8, %s)"
+            " ORDER BY last_tx DESC, last_event_id DESC LIMIT %s",
+            (tenant, list(statuses), str(tx), event_id, limit),
+        )
+        return [session_from_row(row) for row in rows]
+
+    def session_ids(self, tenant: str) -> list[str]:
+        rows = self._read(
+            tenant,
+            "SELECT session_id FROM sessions WHERE tenant = %s ORDER BY last_tx, last_event_id",
+            (tenant,),
+        )
+        return [row[0] for row in rows]
+
+    def events(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        rows = self._read(
+            tenant,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = %s AND tenant = %s"
+            " AND seq > %s AND seq <= %s"
+            f" ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT %s",
+            (session_id, tenant, after, 2**62 if until is None else until, limit),
+        )
+        return [event_from_row(row) for row in rows]
+
+    def events_all(self, tenant: str, after: str | None, limit: int) -> list[Event]:
+        tx, event_id = decode_position(after)
+        # Only transactions below the oldest one still running: all of them have ended, and any
+        # transaction that commits later has a tx at or above it, so it sorts after this page.
+        rows = self._read(
+            tenant,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = %s"
+            " AND (tx, event_id) > (%s::text::xid8, %s)"
+            " AND tx < pg_snapshot_xmin(pg_current_snapshot())"
+            " ORDER BY tx, event_id LIMIT %s",
+            (tenant, str(tx), event_id, limit),
+        )
+        return [event_from_row(row) for row in rows]
+
+    def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
+        rows = self._read(
+            tenant,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = %s AND tenant = %s"
+            " AND type = 'context_compacted' AND seq <= %s ORDER BY seq DESC LIMIT 1",
+            (session_id, tenant, 2**62 if until is None else until),
+        )
+        return event_from_row(rows[0]) if rows else None
+
+    def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]:
+        rows = self._read(
+            tenant,
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = %s AND tenant = %s"
+            " ORDER BY seq DESC LIMIT %s",
+            (session_id, tenant, last),
+        )
+        return [Message(*row) for row in reversed(rows)]
+
+    def tool_calls(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        call_ids: Collection[str] | None = None,
+        open_only: bool = False,
+    ) -> list[ToolCall]:
+        rows = self._read(
+            tenant,
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE session_id = %s AND tenant = %s"
+            " AND (%s::text[] IS NULL OR call_id = ANY(%s::text[]))"
+            " AND (NOT %s OR status = 'pending') ORDER BY call_seq",
+            (session_id, tenant, _list(call_ids), _list(call_ids), open_only),
+        )
+        return [ToolCall(*row) for row in rows]
+
+    def task(self, tenant: str, task_id: str) -> Task | None:
+        rows = self._read(
+            tenant,
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = %s AND tenant = %s",
+            (task_id, tenant),
+        )
+        return task_from_row(rows[0]) if rows else None
+
+    def tasks(
+        self,
+        tenant: str,
+        *,
+        statuses: Sequence[str] | None = None,
+        type: str | None = None,
+        session_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        rows = self._read(
+            tenant,
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE tenant = %s AND task_id > %s"
+            " AND (%s::text[] IS NULL OR status = ANY(%s::text[]))"
+            " AND (%s::text IS NULL OR type = %s) AND (%s::text IS NULL OR session_id = %s)"
+            " ORDER BY task_id LIMIT %s",
+            (
+                tenant,
+                after or "",
+                _list(statuses),
+                _list(statuses),
+                type,
+                type,
+                session_id,
+                session_id,
+                limit,
+            ),
+        )
+        return [task_from_row(row) for row in rows]
+
+    def open_turns(self, tenant: str | None) -> list[Session]:
+        rows = self._read(
+            tenant,
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE turn_open"
+            " AND (%s::text IS NULL OR tenant = %s) AND status != 'deleted'"
+            " ORDER BY last_tx, last_event_id",
+            (tenant, tenant),
+        )
+        return [session_from_row(row) for row in rows]
+
+    def api_key(self, key_id: str) -> ApiKeyRow | None:
+        # The key's tenant is what this look-up finds out: it reads across tenants.
+        rows = self._read(None, f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,))
+        return ApiKeyRow(*rows[0]) if rows else None
+
+    def api_keys(self, tenant: str | None) -> list[ApiKeyRow]:
+        rows = self._read(
+            tenant,
+            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE %s::text IS NULL OR tenant = %s"
+            " ORDER BY created_at, key_id",
+            (tenant, tenant),
+        )
+        return [ApiKeyRow(*row) for row in rows]
+
+    def integrity_errors(self) -> list[str]:
+        """PostgreSQL checks its constraints on every write; what can still be wrong is a
+        constraint someone dropped or disabled, and a purge left half-done."""
+        problems = [
+            f"constraint {row[0]} on {row[1]} is not validated"
+            for row in self._read(
+                None,
+                "SELECT conname, conrelid::regclass::text FROM pg_constraint"
+                " WHERE connamespace = current_schema()::regnamespace AND NOT convalidated",
+            )
+        ]
+        problems += [
+            f"trigger {row[0]} on {row[1]} is disabled"
+            for row in self._read(
+                None,
+                "SELECT tgname, tgrelid::regclass::text FROM pg_trigger"
+                " WHERE tgrelid::regclass::text IN ('events', 'purge_audit', 'sessions')"
+                " AND NOT tgisinternal AND tgenabled = 'D'",
+            )
+        ]
+        return problems
+
+
+def _list(values: Collection[str] | None) -> list[str] | None:
+    return None if values is None else list(values)

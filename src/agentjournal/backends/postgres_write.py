@@ -1,0 +1,497 @@
+"""The PostgreSQL write transaction: `WriteTx` on one pooled connection, and the statements group
+commit drives it with. Valid only inside `PostgresStorage.write`.
+
+Session rows are locked (`FOR UPDATE`, in id order, so two transactions never wait on each other
+in a circle) before a session's state is read: seqs are gapless per session whatever the number
+of instances. Tasks are locked the same way; `next_task` skips rows another claimer holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from agentjournal.backends import ApiKeyRow, EventRow
+from agentjournal.backends.postgres_rows import (
+    EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    TASK_COLUMNS,
+    TOOL_CALL_COLUMNS,
+    decode_position,
+    encode_position,
+    event_from_row,
+    task_from_row,
+)
+from agentjournal.backends.projection_rows import (
+    SESSION_FIELDS,
+    TASK_COLUMN_NAMES,
+    encode_session_fields,
+    projection_rows,
+    task_values,
+)
+from agentjournal.errors import StorageError
+from agentjournal.events import MESSAGE_ROLES, Event
+from agentjournal.projection import Projection, Task
+from agentjournal.rules import SessionState
+
+__all__ = ["Control", "PostgresTx"]
+
+_INSERT_EVENT: Final = (
+    "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING event_id, tx::text"
+)
+_INSERT_MESSAGE: Final = (
+    "INSERT INTO messages (session_id, tenant, seq, role, content, tokens, created_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+_INSERT_TOOL_CALL: Final = (
+    "INSERT INTO tool_calls (session_id, tenant, call_id, name, arguments, call_seq)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
+)
+_INSERT_TASK: Final = (
+    f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASK_COLUMN_NAMES))})"
+)
+
+
+class CommitUnknown(StorageError):
+    """The connection broke while COMMIT was on its way: the write may or may not have landed."""
+
+
+class Control:
+    """Transaction statements for group commit, on a connection borrowed from the pool for each
+    transaction (the pool replaces broken ones). The transaction sees every tenant: the rules
+    check the tenant of each row they touch."""
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        release: Callable[[psycopg.Connection[Any]], None],
+        channel: str,
+        synchronous: bool,
+    ) -> None:
+        self._connect = connect
+        self._release = release
+        self._channel = channel
+        self._begin = "BEGIN; SELECT set_config('agentjournal.tenant', '*', true)"
+        if not synchronous:
+            self._begin += "; SET LOCAL synchronous_commit = off"
+        self.tx = PostgresTx()
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        conn = self.tx.conn
+        if conn is None:
+            raise psycopg.OperationalError("no connection: the transaction did not begin")
+        return conn
+
+    def begin(self) -> None:
+        conn = self._connect()
+        self.tx.conn = conn
+        try:
+            conn.execute(self._begin)
+        except BaseException:
+            self._end()
+            raise
+
+    def commit(self) -> None:
+        conn = self._conn()
+        if conn.broken:
+            raise psycopg.OperationalError("the connection broke before COMMIT: nothing written")
+        statement: sql.SQL | sql.Composed = sql.SQL("COMMIT")
+        if self.tx.last_position:
+            # Delivered on commit, to every instance LISTENing: the position, never the event.
+            statement = sql.SQL("SELECT pg_notify({}, {}); COMMIT").format(
+                sql.Literal(self._channel), sql.Literal(self.tx.last_position)
+            )
+        try:
+            conn.execute(statement)
+        except psycopg.OperationalError as exc:
+            if conn.broken:
+                raise CommitUnknown(
+                    f"the database connection broke during COMMIT ({exc}): the write may or may"
+                    " not have been applied; read back, or retry with the same idempotency key"
+                ) from exc
+            raise
+        finally:
+            self._end()
+
+    def rollback(self) -> None:
+        conn = self.tx.conn
+        if conn is None:
+            return
+        try:
+            if not conn.broken:
+                conn.execute("ROLLBACK")
+        finally:
+            self._end()
+
+    def savepoint(self) -> None:
+        self.tx.saved_position = self.tx.last_position
+        conn = self._conn()
+        if not conn.broken:
+            conn.execute("SAVEPOINT request")
+
+    def release(self) -> None:
+        conn = self._conn()
+        if not conn.broken:
+            conn.execute("RELEASE request")
+
+    def rollback_to_savepoint(self) -> None:
+        self.tx.last_position = self.tx.saved_position
+        conn = self._conn()
+        if not conn.broken:
+            conn.execute("ROLLBACK TO request")
+
+    def failed_commit(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, (CommitUnknown, psycopg.OperationalError)):
+            return exc  # PostgresStorage.write retries the second kind, reports the first
+        return StorageError(f"commit failed, nothing of this batch was written: {exc}")
+
+    def _end(self) -> None:
+        conn, self.tx.conn = self.tx.conn, None
+        self.tx.last_position = self.tx.saved_position = ""
+        if conn is not None:
+            self._release(conn)
+
+
+class PostgresTx:
+    """`WriteTx` on the connection of the transaction in progress."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection[Any] | None = None
+        self.last_position = ""
+        self.saved_position = ""
+
+    def _rows(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        assert self.conn is not None, "used outside a write transaction"
+        return self.conn.execute(query, params).fetchall()
+
+    def _run(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> int:
+        assert self.conn is not None, "used outside a write transaction"
+        return self.conn.execute(query, params).rowcount
+
+    def _many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        assert self.conn is not None, "used outside a write transaction"
+        if rows:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(query, rows)
+
+    # -- look-ups for the rules -------------------------------------------------------------
+
+    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
+        rows = self._rows(
+            "SELECT session_id, tenant, status, last_seq FROM sessions"
+            " WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE",
+            (sorted(session_ids),),
+        )
+        return {row[0]: SessionState(*row) for row in rows}
+
+    def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
+        rows = self._rows(
+            "SELECT session_id FROM sessions WHERE tenant = %s AND idempotency_key = %s",
+            (tenant, idempotency_key),
+        )
+        return rows[0][0] if rows else None
+
+    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
+        sessions, keys = _columns(pairs)
+        rows = self._rows(
+            f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
+            " FROM unnest(%s::text[], %s::text[]) AS k (session_id, idempotency_key)"
+            " JOIN events AS e USING (session_id, idempotency_key)",
+            (sessions, keys),
+        )
+        events = [event_from_row(row) for row in rows]
+        return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
+
+    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        sessions, calls = _columns(pairs)
+        rows = self._rows(
+            "SELECT t.session_id, t.call_id, t.status"
+            " FROM unnest(%s::text[], %s::text[]) AS k (session_id, call_id)"
+            " JOIN tool_calls AS t USING (session_id, call_id)",
+            (sessions, calls),
+        )
+        return {(row[0], row[1]): row[2] for row in rows}
+
+    def message_kinds(
+        self, pairs: Collection[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[str, bool]]:
+        sessions, seqs = _columns(pairs)
+        rows = self._rows(
+            "SELECT e.session_id, e.seq, e.type, e.payload::jsonb ? 'supersedes'"
+            " FROM unnest(%s::text[], %s::bigint[]) AS k (session_id, seq)"
+            " JOIN events AS e USING (session_id, seq)",
+            (sessions, seqs),
+        )
+        return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows if r[2] in MESSAGE_ROLES}
+
+    def compaction_floor(self, session_id: str) -> int:
+        rows = self._rows(
+            "SELECT (payload::jsonb ->> 'until_seq')::bigint FROM events"
+            " WHERE session_id = %s AND type = 'context_compacted' ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+        rows = self._rows(
+            "SELECT call_id, coalesce(result_seq, 0) FROM tool_calls WHERE session_id = %s"
+            " AND call_seq <= %s AND (result_seq IS NULL OR result_seq > %s) ORDER BY call_seq",
+            (session_id, seq, seq),
+        )
+        return [(row[0], row[1]) for row in rows]
+
+    # -- look-ups for the task verbs --------------------------------------------------------
+
+    def _tasks(self, where: str, params: Sequence[Any]) -> list[Task]:
+        return [task_from_row(row) for row in self._rows(f"SELECT {TASK_COLUMNS} {where}", params)]
+
+    def task(self, task_id: str) -> Task | None:
+        found = self._tasks("FROM tasks WHERE task_id = %s FOR UPDATE", (task_id,))
+        return found[0] if found else None
+
+    def next_task(self, tenant: str, types: Sequence[str] | None) -> Task | None:
+        # SKIP LOCKED: concurrent claimers (other instances too) pass over each other's rows.
+        found = self._tasks(
+            "FROM tasks WHERE tenant = %s AND status = 'pending'"
+            " AND (%s::text[] IS NULL OR type = ANY(%s::text[]))"
+            " ORDER BY task_id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            (tenant, types and list(types), types and list(types)),
+        )
+        return found[0] if found else None
+
+    def expired_tasks(self, tenant: str | None, now: int, limit: int) -> list[Task]:
+        # Instances recovering together each settle different tasks, never one twice.
+        return self._tasks(
+            "FROM tasks WHERE status = 'running' AND lease_expires_at < %s"
+            " AND (%s::text IS NULL OR tenant = %s)"
+            " ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+            (now, tenant, tenant, limit),
+        )
+
+    def session_tasks(self, session_id: str) -> list[Task]:
+        return self._tasks(
+            "FROM tasks WHERE session_id = %s ORDER BY created_seq FOR UPDATE", (session_id,)
+        )
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def insert_session(
+        self, tenant: str, session_id: str, created_at: int, idempotency_key: str | None
+    ) -> None:
+        self._run(
+            "INSERT INTO sessions (session_id, tenant, created_at, updated_at, idempotency_key)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (session_id, tenant, created_at, created_at, idempotency_key),
+        )
+
+    def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
+        assert self.conn is not None, "used outside a write transaction"
+        stored = []
+        with self.conn.cursor() as cursor:
+            cursor.executemany(
+                _INSERT_EVENT,
+                [
+                    (
+                        row.tenant,
+                        row.session_id,
+                        row.seq,
+                        row.event.type,
+                        row.event.payload_json,
+                        row.event.idempotency_key,
+                        row.created_at,
+                    )
+                    for row in rows
+                ],
+                returning=True,
+            )
+            for row in rows:
+                found = cursor.fetchone()
+                assert found is not None
+                event_id, tx = found
+                event = row.event
+                position = encode_position(int(tx), event_id)
+                stored.append(
+                    Event(
+                        event_id,
+                        row.session_id,
+                        row.seq,
+                        event.type,
+                        event.payload,
+                        row.created_at,
+                        event.idempotency_key,
+                        position,
+                    )
+                )
+                cursor.nextset()
+        self._advanced(stored)
+        self._project(stored, {row.session_id: row.tenant for row in rows})
+        return stored
+
+    def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
+        rows = self._rows(
+            "INSERT INTO events (tenant, session_id, seq, type, payload, created_at)"
+            " SELECT tenant, %s, seq, type, payload, created_at FROM events"
+            " WHERE session_id = %s AND tenant = %s AND seq <= %s ORDER BY seq"
+            f" RETURNING {EVENT_COLUMNS}",
+            (target_id, source_id, tenant, until_seq),
+        )
+        events = sorted((event_from_row(row) for row in rows), key=lambda e: e.seq)
+        self._advanced(events)
+        self._project(events, None, tenant)
+        return len(events)
+
+    def _advanced(self, events: Sequence[Event]) -> None:
+        """Remember the newest position written, for the commit's notification."""
+        for event in events:
+            if not self.last_position or int(event.position) > int(self.last_position):
+                self.last_position = event.position
+
+    def _project(
+        self, events: Sequence[Event], tenants: Mapping[str, str] | None, tenant: str = ""
+    ) -> None:
+        """Apply the projections of `events` (see `projection_rows`); the sessions' counters
+        follow by trigger. `tenant` is the copies' tenant when `tenants` is None (a fork)."""
+        rows = projection_rows(events, tenants)
+
+        def tenant_of(session_id: str) -> str:
+            return tenants[session_id] if tenants is not None else tenant
+
+        for sid, fields in rows.session_changes:
+            self._update("sessions", "session_id", sid, fields)
+        for change in rows.task_changes:
+            if isinstance(change, Task):
+                self._run(_INSERT_TASK, task_values(change))
+            else:
+                self._update("tasks", "task_id", *change)
+        self._many(
+            _INSERT_MESSAGE,
+            [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.messages_added],
+        )
+        self._many(
+            _INSERT_TOOL_CALL,
+            [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.calls_opened],
+        )
+        self._many(
+            "UPDATE messages SET content = %s, tokens = %s, edited_seq = %s"
+            " WHERE session_id = %s AND seq = %s",
+            rows.messages_corrected,
+        )
+        self._many(
+            "UPDATE tool_calls SET result = %s, status = %s, result_seq = %s"
+            " WHERE session_id = %s AND call_id = %s",
+            rows.calls_closed,
+        )
+        self._many(
+            "UPDATE sessions SET prompt_tokens = prompt_tokens + %s,"
+            " completion_tokens = completion_tokens + %s WHERE session_id = %s",
+            [(p, c, sid) for sid, (p, c) in rows.usage.items()],
+        )
+
+    def _update(self, table: str, key: str, value: str, fields: Mapping[str, Any]) -> None:
+        """`fields` are trusted column names (projection_rows checks them), values encoded."""
+        statement = sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
+            sql.Identifier(table),
+            sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(f)) for f in fields),
+            sql.Identifier(key),
+        )
+        assert self.conn is not None, "used outside a write transaction"
+        self.conn.execute(statement, (*fields.values(), value))
+
+    def replace_projection(self, tenant: str, projection: Projection) -> None:
+        session = projection.session
+        sid = session.session_id
+        for table in ("messages", "tool_calls", "tasks"):
+            self._run(
+                sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)),
+                (sid,),
+            )
+        self._many(_INSERT_TASK, [task_values(task) for task in projection.tasks.values()])
+        self._many(
+            f"INSERT INTO messages (tenant, {MESSAGE_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                (tenant, sid, m.seq, m.role, m.content, m.tokens, m.edited_seq, m.created_at)
+                for m in projection.messages.values()
+            ],
+        )
+        self._many(
+            f"INSERT INTO tool_calls (tenant, {TOOL_CALL_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                (
+                    tenant,
+                    sid,
+                    t.call_id,
+                    t.name,
+                    t.arguments,
+                    t.call_seq,
+                    t.status,
+                    t.result,
+                    t.result_seq,
+                )
+                for t in projection.tool_calls.values()
+            ],
+        )
+        fields = {name: getattr(session, name) for name in SESSION_FIELDS}
+        self._update("sessions", "session_id", sid, encode_session_fields(fields))
+        tx, event_id = decode_position(session.last_position)
+        self._run(
+            "UPDATE sessions SET last_seq = %s, last_tx = %s::text::xid8, last_event_id = %s,"
+            " event_count = %s, updated_at = %s, prompt_tokens = %s, completion_tokens = %s"
+            " WHERE session_id = %s AND tenant = %s",
+            (
+                session.last_seq,
+                str(tx),
+                event_id,
+                session.event_count,
+                session.updated_at,
+                session.prompt_tokens,
+                session.completion_tokens,
+                sid,
+                tenant,
+            ),
+        )
+
+    def purge(self, tenant: str, session_id: str, actor: str, at: int) -> int:
+        rows = self._rows(
+            "SELECT count(*) FROM events WHERE session_id = %s AND tenant = %s",
+            (session_id, tenant),
+        )
+        count = int(rows[0][0])
+        purge_id = self._rows(
+            "INSERT INTO purge_audit (tenant, session_id, purged_by, purged_at, event_count,"
+            " pending) VALUES (%s, %s, %s, %s, %s, 1) RETURNING purge_id",
+            (tenant, session_id, actor, at, count),
+        )[0][0]
+        for table in ("messages", "tool_calls", "tasks", "events", "sessions"):
+            self._run(
+                sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)),
+                (session_id,),
+            )
+        self._run("UPDATE purge_audit SET pending = NULL WHERE purge_id = %s", (purge_id,))
+        return count
+
+    def insert_api_key(self, key: ApiKeyRow) -> None:
+        self._run(
+            "INSERT INTO api_keys (key_id, tenant, secret_hash, label, created_at)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (key.key_id, key.tenant, key.secret_hash, key.label, key.created_at),
+        )
+
+    def revoke_api_key(self, key_id: str, at: int) -> bool:
+        return (
+            self._run(
+                "UPDATE api_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
+                (at, key_id),
+            )
+            == 1
+        )
+
+
+def _columns(pairs: Collection[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """Pairs as two arrays, for unnest()."""
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]

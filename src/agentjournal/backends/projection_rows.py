@@ -1,0 +1,143 @@
+"""Projection effects as rows: what every backend writes after storing events.
+
+`agentjournal.projection.effects` says what an event changes; this module groups those changes
+into batches of plain rows, so a backend only chooses its SQL. Both backends use it: the rule for
+which effect lands where lives here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from agentjournal.events import Event, canonical_json
+from agentjournal.projection import (
+    MessageAdded,
+    MessageCorrected,
+    SessionChanged,
+    Task,
+    TaskChanged,
+    TaskCreated,
+    ToolCallClosed,
+    ToolCallOpened,
+    UsageAdded,
+    effects,
+)
+
+__all__ = [
+    "SESSION_FIELDS",
+    "TASK_COLUMN_NAMES",
+    "TASK_JSON_FIELDS",
+    "ProjectionRows",
+    "projection_rows",
+    "task_values",
+]
+
+TASK_COLUMN_NAMES: Final = (
+    "task_id",
+    "session_id",
+    "tenant",
+    "type",
+    "input",
+    "parent_task_id",
+    "status",
+    "progress",
+    "message",
+    "output",
+    "error",
+    "attempt",
+    "retry_count",
+    "max_retries",
+    "lease_owner",
+    "lease_seconds",
+    "lease_expires_at",
+    "created_seq",
+    "created_at",
+    "updated_at",
+)
+TASK_JSON_FIELDS: Final = frozenset({"input", "output"})
+# The session columns a projection may set (the counters follow each event inside the database).
+SESSION_FIELDS: Final = frozenset(
+    {
+        "title",
+        "status",
+        "model",
+        "system_prompt",
+        "metadata",
+        "forked_from",
+        "forked_at_seq",
+        "created_at",
+        "turn_open",
+    }
+)
+_TASK_FIELDS: Final = frozenset(TASK_COLUMN_NAMES) - {"task_id", "session_id", "tenant"}
+
+
+def task_values(task: Task) -> tuple[Any, ...]:
+    """The task as a row, in TASK_COLUMN_NAMES order, its JSON fields encoded."""
+    return tuple(
+        canonical_json(getattr(task, name)) if name in TASK_JSON_FIELDS else getattr(task, name)
+        for name in TASK_COLUMN_NAMES
+    )
+
+
+@dataclass
+class ProjectionRows:
+    """The projection changes of a run of events, in the order a backend must apply them:
+    session and task changes in event order (a task may be created and changed in one group),
+    then inserts before updates (a result or correction may follow its original in one group)."""
+
+    # (session_id, seq, role, content, tokens, created_at)
+    messages_added: list[tuple[str, int, str, str, int, int]] = field(default_factory=list)
+    # (session_id, call_id, name, arguments, call_seq)
+    calls_opened: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    # (content, tokens, edited_seq, session_id, seq)
+    messages_corrected: list[tuple[str, int, int, str, int]] = field(default_factory=list)
+    # (result, status, result_seq, session_id, call_id)
+    calls_closed: list[tuple[str, str, int, str, str]] = field(default_factory=list)
+    # (session_id, {column: value}) with metadata already JSON
+    session_changes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # session_id -> [prompt tokens, completion tokens]
+    usage: dict[str, list[int]] = field(default_factory=dict)
+    # a new task, or (task_id, {column: value}) with JSON fields encoded
+    task_changes: list[Task | tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) -> ProjectionRows:
+    """The rows `events` change. `tenants` maps their sessions to tenants; None for a fork's
+    copies, whose task events create no tasks (the tasks stay the parent's)."""
+    rows = ProjectionRows()
+    for event in events:
+        sid = event.session_id
+        for effect in effects(event):
+            match effect:
+                case MessageAdded(seq, role, content, tokens, created_at):
+                    rows.messages_added.append((sid, seq, role, content, tokens, created_at))
+                case MessageCorrected(seq, content, tokens, edited_seq):
+                    rows.messages_corrected.append((content, tokens, edited_seq, sid, seq))
+                case ToolCallOpened(call_id, name, arguments, call_seq):
+                    rows.calls_opened.append((sid, call_id, name, arguments, call_seq))
+                case ToolCallClosed(call_id, result, status, result_seq):
+                    rows.calls_closed.append((result, status, result_seq, sid, call_id))
+                case SessionChanged(changed):
+                    assert changed.keys() <= SESSION_FIELDS, changed.keys()
+                    rows.session_changes.append((sid, encode_session_fields(changed)))
+                case UsageAdded(prompt, completion):
+                    totals = rows.usage.setdefault(sid, [0, 0])
+                    totals[0] += prompt
+                    totals[1] += completion
+                case TaskCreated(task) if tenants is not None:
+                    rows.task_changes.append(replace(task, tenant=tenants[sid]))
+                case TaskChanged(task_id, changed) if tenants is not None:
+                    assert changed.keys() <= _TASK_FIELDS, changed.keys()
+                    encoded = {
+                        k: canonical_json(v) if k in TASK_JSON_FIELDS else v
+                        for k, v in changed.items()
+                    }
+                    rows.task_changes.append((task_id, encoded))
+    return rows
+
+
+def encode_session_fields(changed: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: canonical_json(v) if k == "metadata" else v for k, v in changed.items()}
