@@ -103,6 +103,14 @@ class PostgresStorage:
         if self.pooled:
             kwargs["prepare_threshold"] = None  # a pooler may hand each statement elsewhere
         size = int(options.get("pool_size", "8"))
+        try:
+            # A direct connection first: a wrong URL fails at once with the server's own words
+            # (the pool would retry quietly until its timeout).
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as probe:
+                self._configure(probe)
+                self.channel = self._migrate(probe)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open the PostgreSQL journal: {exc}") from exc
         self._pool = ConnectionPool(
             self._conninfo,
             min_size=1,
@@ -117,11 +125,6 @@ class PostgresStorage:
         except psycopg.Error as exc:
             self._pool.close()
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
-        try:
-            self.channel = self._migrate()
-        except BaseException:
-            self._pool.close()
-            raise
         self.signal = CommitSignal()
         self._group = GroupCommit(
             Control(self._pool.getconn, self._pool.putconn, self.channel, durability == "full"),
@@ -141,9 +144,10 @@ class PostgresStorage:
         if self.schema is not None:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
 
-    def _migrate(self) -> str:
+    def _migrate(self, conn: psycopg.Connection[Any]) -> str:
+        """Bring the schema up to date; returns the LISTEN/NOTIFY channel of this schema."""
         migrations = _migrations()
-        with self._pool.connection() as conn, conn.transaction():
+        with conn.transaction():
             if self.schema is not None:
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
