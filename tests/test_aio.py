@@ -310,7 +310,8 @@ def test_every_public_verb_of_journal_has_an_async_twin() -> None:
 
     from agentjournal import Journal
 
-    plumbing = {"open", "close", "for_tenant", "prepare_batch"}
+    # hold_turn is a sync context manager for the (sync) runtime's threads.
+    plumbing = {"open", "close", "for_tenant", "prepare_batch", "hold_turn"}
     verbs = {
         name
         for name, member in vars(Journal).items()

@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "backends.sqlite": {
         "backends",
         "backends.group_commit",
+        "backends.turn_holds",
         "backends.sqlite_rows",
         "backends.sqlite_write",
         "errors",
@@ -43,9 +44,11 @@ ALLOWED: dict[str, set[str]] = {
         "rules",
     },
     "backends.projection_rows": {"events", "projection"},
+    "backends.turn_holds": set(),
     "backends.postgres": {
         "backends",
         "backends.group_commit",
+        "backends.turn_holds",
         "backends.postgres_rows",
         "backends.postgres_write",
         "errors",
@@ -81,7 +84,7 @@ ALLOWED: dict[str, set[str]] = {
     # The agent runtime sits on the library's face (`Journal`), never on a backend.
     "runtime.agent": {"errors", "events", "journal", "projection"},
     "runtime.models": {"errors", "runtime.agent"},
-    "runtime.resume": {"journal", "runtime.agent"},
+    "runtime.resume": {"errors", "journal", "runtime.agent"},
     "runtime.worker": {"errors", "journal", "projection", "tasks"},
     "runtime.order_agent": {"runtime.agent", "runtime.models", "runtime.worker"},
     "runtime": {"runtime.agent", "runtime.models", "runtime.resume", "runtime.worker"},

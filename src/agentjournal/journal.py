@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -607,6 +608,14 @@ class Journal(TaskVerbs):
         """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
         tool result after the newest assistant message. Read through a partial index."""
         return self.storage.open_turns(None if all_tenants else self.tenant)
+
+    def hold_turn(self, session_id: str) -> AbstractContextManager[bool]:
+        """While the block runs, the session's turn is marked as running here: yields True if
+        this caller got it, False if a turn of it is running elsewhere (in this process, or on
+        PostgreSQL in another instance). The runtime holds it for every turn it runs, so resume
+        never takes a running turn for a cut one."""
+        check_id(session_id, "session_id")
+        return self.storage.hold_turn(self.tenant, session_id)
 
     # -- live -------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ whose meaning each backend chooses; everything else is plain Python values.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -196,6 +197,11 @@ class Storage(Protocol):
     @property
     def signal(self) -> CommitSignal:
         """Bumped after each commit this process makes (other processes are found by polling)."""
+
+    def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
+        """Mark the session's turn as running here while the block runs: True if this caller
+        got it, False if a turn of it runs elsewhere (another thread; on PostgreSQL another
+        instance too). See `turn_holds`."""
 
     def checkpoint(self) -> None:
         """Make deleted data unrecoverable from logs (after a purge); may be a no-op."""

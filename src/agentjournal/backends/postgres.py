@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -39,6 +40,7 @@ from agentjournal.backends.postgres_rows import (
     task_from_row,
 )
 from agentjournal.backends.postgres_write import CommitUnknown, Control
+from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
 from agentjournal.events import Event
 from agentjournal.projection import Message, Session, Task, ToolCall
@@ -130,6 +132,11 @@ class PostgresStorage:
             Control(self._pool.getconn, self._pool.putconn, self.channel, durability == "full"),
             self.signal.notify,
         )
+        # Turns held across instances by session-level advisory locks on one connection of ours:
+        # if this process dies, PostgreSQL ends the connection and the locks with it. Behind a
+        # transaction-mode pooler a session-level lock means nothing: holds stay in-process.
+        self._turn_conn: psycopg.Connection[Any] | None = None
+        self._turns = TurnHolds() if self.pooled else TurnHolds(self._lock_turn, self._unlock_turn)
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
         if not self.pooled:
@@ -196,8 +203,50 @@ class PostgresStorage:
                     log.warning("LISTEN connection lost (%s); reconnecting", exc)
                     self._stop.wait(1.0)
 
+    def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
+        return self._turns.hold(tenant, session_id)
+
+    def _turn_key(self, tenant: str, session_id: str) -> str:
+        return f"agentjournal-turn:{self.channel}:{tenant}:{session_id}"
+
+    def _lock_turn(self, tenant: str, session_id: str) -> bool:
+        # Runs under TurnHolds' lock: one statement at a time on the turn connection.
+        for attempt in (1, 2):
+            try:
+                if self._turn_conn is None or self._turn_conn.closed:
+                    self._turn_conn = psycopg.connect(self._conninfo, autocommit=True)
+                row = self._turn_conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                    (self._turn_key(tenant, session_id),),
+                ).fetchone()
+                return bool(row and row[0])
+            except psycopg.OperationalError as exc:
+                self._drop_turn_connection()
+                if attempt == 2:
+                    raise StorageError(f"cannot mark the turn as running: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _unlock_turn(self, tenant: str, session_id: str) -> None:
+        try:
+            if self._turn_conn is not None:
+                self._turn_conn.execute(
+                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                    (self._turn_key(tenant, session_id),),
+                )
+        except psycopg.Error:
+            self._drop_turn_connection()
+
+    def _drop_turn_connection(self) -> None:
+        conn, self._turn_conn = self._turn_conn, None
+        if conn is not None:
+            log.warning("the turn-lock connection was lost: turns running here are unguarded")
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
     def close(self) -> None:
         self._closed = True
+        if self._turn_conn is not None:
+            self._turn_conn.close()
         self._stop.set()
         if self._listener is not None:
             # Wake the listener out of its wait (other instances take it as a spare wake-up).

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -32,6 +33,7 @@ from agentjournal.backends.sqlite_rows import (
     task_from_row,
 )
 from agentjournal.backends.sqlite_write import Control
+from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
 from agentjournal.events import Event
 from agentjournal.projection import Message, Session, Task, ToolCall
@@ -100,6 +102,8 @@ class SQLiteStorage:
         self._migrate()
         self.signal = CommitSignal()
         self._group = GroupCommit(Control(self._writer), self.signal.notify)
+        # In-process only: two servers on one file would not see each other's turns.
+        self._turns = TurnHolds()
 
     # -- connections ------------------------------------------------------------------------
 
@@ -215,6 +219,9 @@ class SQLiteStorage:
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
         return result
+
+    def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
+        return self._turns.hold(tenant, session_id)
 
     def checkpoint(self) -> None:
         """Move the WAL into the main file and truncate it (after a purge: no copy lingers)."""

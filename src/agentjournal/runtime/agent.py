@@ -165,37 +165,42 @@ class Agent:
         returns its reply without running anything."""
         if not isinstance(text, str):
             raise InvalidArgument("a turn's text must be a string")
-        session = journal.get_session(session_id)
-        if session.turn_open:
-            raise Conflict(
-                f"session {session_id!r} has a turn that has not ended (one is running, or a crash"
-                " cut it and resume has not finished it yet); wait for it and retry"
-            )
-        message = NewEvent("user_message", {"content": text}, idempotency_key)
-        turn = _Turn(journal, session_id, on_event, session.last_seq)
-        written, created = turn.append_many([message])
-        if not created:
-            return self._repeat(journal, session_id, written[0].seq)
-        return self._continue(turn)
+        with journal.hold_turn(session_id) as held:
+            session = journal.get_session(session_id)
+            if session.turn_open or not held:
+                raise Conflict(
+                    f"session {session_id!r} has a turn that has not ended (one is running, or a"
+                    " crash cut it and resume has not finished it yet); wait for it and retry"
+                )
+            message = NewEvent("user_message", {"content": text}, idempotency_key)
+            turn = _Turn(journal, session_id, on_event, session.last_seq)
+            written, created = turn.append_many([message])
+            if not created:
+                return self._repeat(journal, session_id, written[0].seq)
+            return self._continue(turn)
 
     def finish_turn(
         self, journal: Journal, session_id: str, *, on_event: EventHook | None = None
     ) -> TurnResult | None:
-        """Finish the session's cut turn (None if its last turn ended)."""
-        session = journal.get_session(session_id)
-        if not session.turn_open:
-            return None
-        turn = _Turn(journal, session_id, on_event, session.last_seq)
-        for call in journal.tool_calls(session_id, open_only=True):
-            tool = self.tools.get(call.name)
-            if tool is not None and tool.idempotent:
-                content, is_error = self._run_tool(
-                    session_id, call.call_id, call.name, call.arguments
-                )
-            else:
-                content, is_error = INTERRUPTED, True
-            turn.append("tool_result", _result(call.call_id, content, is_error))
-        return self._continue(turn)
+        """Finish the session's cut turn (None if its last turn ended). `Conflict` if the turn
+        is not cut but running (here, or in another instance on PostgreSQL)."""
+        with journal.hold_turn(session_id) as held:
+            session = journal.get_session(session_id)
+            if not session.turn_open:
+                return None
+            if not held:
+                raise Conflict(f"the turn of session {session_id!r} is running elsewhere")
+            turn = _Turn(journal, session_id, on_event, session.last_seq)
+            for call in journal.tool_calls(session_id, open_only=True):
+                tool = self.tools.get(call.name)
+                if tool is not None and tool.idempotent:
+                    content, is_error = self._run_tool(
+                        session_id, call.call_id, call.name, call.arguments
+                    )
+                else:
+                    content, is_error = INTERRUPTED, True
+                turn.append("tool_result", _result(call.call_id, content, is_error))
+            return self._continue(turn)
 
     def _repeat(self, journal: Journal, session_id: str, user_seq: int) -> TurnResult:
         """A retried turn: what the original turn wrote, if it has its reply."""

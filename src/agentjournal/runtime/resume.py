@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from agentjournal.errors import Conflict
 from agentjournal.journal import Journal
 from agentjournal.runtime.agent import Agent, TurnResult
 
@@ -29,9 +30,9 @@ def resume_incomplete(
     chat whose replies come from elsewhere). Never raises for one session's trouble: it reports
     it (the model unreachable, say) and a later call tries again.
 
-    Run it where no turn of those sessions is in flight (at start-up, before serving): a turn
-    holds no lease, so a turn still running in another process would be taken for a cut one
-    (its non-idempotent call marked interrupted, its next append a `Conflict`)."""
+    A turn running meanwhile is held (`Journal.hold_turn`) and left alone: in this process, and
+    on PostgreSQL in any instance. On SQLite, another process serving the same file is not seen:
+    run one server per file, or resume only at its start-up."""
     by_name = {agent.name: agent for agent in agents}
     report = ResumeReport()
     for session in journal.open_turns(all_tenants=all_tenants):
@@ -41,6 +42,8 @@ def resume_incomplete(
         scoped = journal if session.tenant == journal.tenant else journal.for_tenant(session.tenant)
         try:
             result = agent.finish_turn(scoped, session.session_id)
+        except Conflict:
+            continue  # running, not cut: its own process finishes it
         except Exception as exc:  # one session's failure must not stop the others, nor start-up
             log.warning("could not finish the turn of %s: %s", session.session_id, exc)
             report.failed.append((session.session_id, f"{type(exc).__name__}: {exc}"))
