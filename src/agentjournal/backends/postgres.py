@@ -53,7 +53,8 @@ I = TypeVar("I")  # noqa: E741
 log = logging.getLogger("agentjournal.postgres")
 
 _KEY_COLUMNS: Final = "key_id, tenant, secret_hash, label, created_at, revoked_at"
-_SCOPE: Final = "SELECT set_config('agentjournal.tenant', %s, true)"
+_SCOPE_LOCAL: Final = "SELECT set_config('agentjournal.tenant', %s, true)"
+_SCOPE_SESSION: Final = "SELECT set_config('agentjournal.tenant', %s, false)"
 _ALL_TENANTS: Final = "*"
 # A write whose transaction was rolled back by a lost connection, a deadlock or a serialization
 # failure is run again, this many times in all, on a fresh connection.
@@ -101,6 +102,7 @@ class PostgresStorage:
         self.schema = options.get("schema")
         self.pooled = options.get("pooler") == "transaction"
         self._closed = False
+        self._scopes: dict[int, str] = {}  # id(connection) -> the tenant scope it has set
         kwargs: dict[str, Any] = {"autocommit": True}
         if self.pooled:
             kwargs["prepare_threshold"] = None  # a pooler may hand each statement elsewhere
@@ -148,6 +150,7 @@ class PostgresStorage:
     # -- connections ------------------------------------------------------------------------
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        self._scopes.pop(id(conn), None)  # a new connection may reuse a closed one's id
         if self.schema is not None:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
 
@@ -299,19 +302,30 @@ class PostgresStorage:
     def _read(
         self, tenant: str | None, query: str, params: Sequence[Any] = ()
     ) -> list[tuple[Any, ...]]:
-        """One statement in a transaction scoped to `tenant` (None: every tenant), pipelined
-        into one round trip; retried once on a fresh connection if the connection was lost."""
+        """One statement seeing only `tenant`'s rows (None: every tenant's); retried once on a
+        fresh connection if the connection was lost."""
         if self._closed:
             raise StorageError("the journal is closed")
+        scope = tenant or _ALL_TENANTS
         for attempt in (1, 2):
             try:
                 with self._pool.connection() as conn:
-                    with conn.pipeline():
-                        conn.execute("BEGIN READ ONLY")
-                        conn.execute(_SCOPE, (tenant or _ALL_TENANTS,))
-                        cursor = conn.execute(query, params)
-                        conn.execute("COMMIT")
-                    return cursor.fetchall()
+                    if self.pooled:
+                        # The next statement may reach another server connection: the scope
+                        # lives in the statement's own transaction (one pipelined round trip).
+                        with conn.pipeline():
+                            conn.execute("BEGIN READ ONLY")
+                            conn.execute(_SCOPE_LOCAL, (scope,))
+                            cursor = conn.execute(query, params)
+                            conn.execute("COMMIT")
+                        return cursor.fetchall()
+                    # Our own connections keep their scope between reads (a write's SET LOCAL
+                    # reverts to it at its end): set it only when it changes, so a read is one
+                    # statement. A connection new to the pool starts with no scope: it sees nothing.
+                    if self._scopes.get(id(conn)) != scope:
+                        conn.execute(_SCOPE_SESSION, (scope,))
+                        self._scopes[id(conn)] = scope
+                    return conn.execute(query, params).fetchall()
             except psycopg.OperationalError as exc:
                 if attempt == 2:
                     raise StorageError(f"read failed: {exc}") from exc
