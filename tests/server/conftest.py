@@ -9,7 +9,8 @@
   the end of the module. Example: `start_server("--rate-limit", "5", tenants=("acme",))`,
   `start_server(limits={"heartbeat_seconds": 0.2})` for limits the CLI has no flag for, or
   `start_server("--agent", "demo", env={"AGENTJOURNAL_ORDER_DELAY": "0"})` (`env` is added to
-  this process' environment for the child).
+  this process' environment for the child). `db_path` may also be a `postgresql://` URL, and
+  `port` a fixed port (to restart a server where its clients expect it).
 - `RunningServer.headers(tenant)`: the `Authorization: Bearer` header dict of that tenant's key.
 
 Every server is reachable on loopback only; nothing here sends traffic anywhere else.
@@ -35,6 +36,7 @@ import pytest
 
 from agentjournal import Journal
 from agentjournal.keys import ApiKeys
+from postgres_fixtures import fresh_schema, url_for
 
 START_TIMEOUT = 30.0  # seconds to wait for /healthz (a shared, 2-core machine)
 STOP_TIMEOUT = 15.0  # seconds for SIGTERM to end the process
@@ -52,7 +54,7 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def create_keys(db_path: Path, tenants: Sequence[str]) -> dict[str, str]:
+def create_keys(db_path: Path | str, tenants: Sequence[str]) -> dict[str, str]:
     """One API key per tenant, created with the library before a server starts."""
     if not tenants:
         return {}
@@ -63,10 +65,11 @@ def create_keys(db_path: Path, tenants: Sequence[str]) -> dict[str, str]:
 
 @dataclass
 class RunningServer:
-    """A live `agentjournal serve` process. `keys` maps tenant -> API key (empty in open mode)."""
+    """A live `agentjournal serve` process. `keys` maps tenant -> API key (empty in open mode).
+    `db_path` is the SQLite file, or the `postgresql://` URL the server was given."""
 
     base_url: str
-    db_path: Path
+    db_path: Path | str
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -93,7 +96,7 @@ class RunningServer:
             return None
 
 
-def serve_command(db_path: Path, port: int, *args: str, host: str = "127.0.0.1") -> list[str]:
+def serve_command(db_path: Path | str, port: int, *args: str, host: str = "127.0.0.1") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -123,22 +126,27 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 
 
 def launch(
-    db_path: Path,
+    db_path: Path | str,
     *args: str,
     keys: dict[str, str] | None = None,
     limits: dict[str, Any] | None = None,
     log_dir: Path | None = None,
     timeout: float = START_TIMEOUT,
     env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> RunningServer:
     """Start `agentjournal serve --db db_path <args>` (or, with `limits`, the app with those
     `Limits` under uvicorn) on a free loopback port and wait until GET /healthz answers 200.
     `env` is added to this process' environment for the child. Retries on another port if the
-    process dies at start (port race)."""
-    log_dir = log_dir or db_path.parent
+    process dies at start (port race); with a fixed `port`, retries on that port. A database
+    URL (str) needs a `log_dir`."""
+    if log_dir is None:
+        assert isinstance(db_path, Path), "a database URL needs a log_dir"
+        log_dir = db_path.parent
+    fixed_port = port
     last_log = ""
     for attempt in range(3):
-        port = free_port()
+        port = free_port() if fixed_port is None else fixed_port
         log_path = log_dir / f"server-{port}-{attempt}.log"
         if limits is None:
             argv = serve_command(db_path, port, *args)
@@ -171,30 +179,49 @@ StartServer = Callable[..., RunningServer]
 
 @pytest.fixture(scope="module")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
-    """Factory: `start_server(*serve_args, tenants=(), db_path=None, limits=None, env=None)` ->
-    RunningServer. Keys for `tenants` are created before start (then the server requires keys).
-    `limits` (a dict of `agentjournal.server.Limits` fields) runs the app with those limits
-    instead of the CLI, ignoring `serve_args`. `env` is added to the child's environment. All
-    are stopped (SIGTERM) when the module ends."""
+    """Factory: `start_server(*serve_args, tenants=(), db_path=None, limits=None, env=None,
+    port=None)` -> RunningServer. Keys for `tenants` are created before start (then the server
+    requires keys). `limits` (a dict of `agentjournal.server.Limits` fields) runs the app with
+    those limits instead of the CLI, ignoring `serve_args`. `env` is added to the child's
+    environment. `db_path` may be a `postgresql://` URL (logs then go to a temporary directory);
+    `port` fixes the port. All are stopped (SIGTERM) when the module ends."""
     started: list[RunningServer] = []
 
     def start(
         *args: str,
         tenants: Sequence[str] = (),
-        db_path: Path | None = None,
+        db_path: Path | str | None = None,
         limits: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
+        port: int | None = None,
     ) -> RunningServer:
         if db_path is None:
             db_path = tmp_path_factory.mktemp("server") / "journal.db"
+        log_dir = tmp_path_factory.mktemp("server-log") if isinstance(db_path, str) else None
         keys = create_keys(db_path, tenants)
-        running = launch(db_path, *args, keys=keys, limits=limits, env=env)
+        running = launch(
+            db_path, *args, keys=keys, limits=limits, env=env, log_dir=log_dir, port=port
+        )
         started.append(running)
         return running
 
     yield start
     for running in started:
         running.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path | str]:
+    """A database for a module's server, one per backend: a SQLite file, or a fresh PostgreSQL
+    schema (dropped after the module; ask for it before `start_server`, so the servers stop
+    first)."""
+    if request.param == "sqlite":
+        yield tmp_path_factory.mktemp("server") / "journal.db"
+        return
+    with fresh_schema("srv") as schema:
+        yield url_for(schema)
 
 
 @pytest.fixture(scope="module")

@@ -197,10 +197,13 @@ def operations(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]
 
 
 @pytest.fixture(scope="module")
-def agent_server(start_server: Any) -> Any:
+def agent_server(server_db: Any, start_server: Any) -> Any:
     """A keyed server for A and B that runs the demo agent (so that A's turns succeed); the rate
-    limit is out of the way of the matrix' thousands of requests."""
-    return start_server("--agent", AGENT, "--rate-limit", "100000", tenants=(A, B))
+    limit is out of the way of the matrix' thousands of requests. Once per backend: on
+    PostgreSQL, row-level security stands behind the same checks."""
+    return start_server(
+        "--agent", AGENT, "--rate-limit", "100000", tenants=(A, B), db_path=server_db
+    )
 
 
 @pytest.fixture(scope="module")
