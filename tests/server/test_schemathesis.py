@@ -24,6 +24,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from agentjournal import Journal
 from agentjournal.keys import ApiKeys
 from agentjournal.runtime.order_agent import build
 from agentjournal.server import Limits, create_app
+from postgres_fixtures import fresh_schema, url_for
 
 CI = bool(os.environ.get("CI"))
 TARGET_REQUESTS = 1000 if CI else 200
@@ -93,9 +95,21 @@ class Fuzz:
     )
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def fuzz_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path | str]:
+    """The fuzzed app's database: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield tmp_path_factory.mktemp("fuzz") / "journal.db"
+        return
+    with fresh_schema("fuzz") as schema:
+        yield url_for(schema)
+
+
 @pytest.fixture(scope="module")
-def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
-    db = tmp_path_factory.mktemp("fuzz") / "journal.db"
+def fuzz(fuzz_db: Path | str) -> Iterator[Fuzz]:
+    db = fuzz_db
     with Journal.open(db, tenant=TENANT) as seed:
         sessions = []
         for index in range(8):
