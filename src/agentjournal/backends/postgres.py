@@ -130,10 +130,8 @@ class PostgresStorage:
             self._pool.close()
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
         self.signal = CommitSignal()
-        self._group = GroupCommit(
-            Control(self._pool.getconn, self._pool.putconn, self.channel, durability == "full"),
-            self.signal.notify,
-        )
+        self._synchronous = durability == "full"
+        self._group = GroupCommit(self._control(), self.signal.notify)
         # Turns held across instances by session-level advisory locks on one connection of ours:
         # if this process dies, PostgreSQL ends the connection and the locks with it. Behind a
         # transaction-mode pooler a session-level lock means nothing: holds stay in-process.
@@ -158,6 +156,13 @@ class PostgresStorage:
         """Bring the schema up to date; returns the LISTEN/NOTIFY channel of this schema."""
         migrations = _migrations()
         with conn.transaction():
+            current = conn.execute("SELECT current_schema()").fetchone()
+            target = self.schema or (current[0] if current else None)
+            if target is None:
+                raise StorageError("the connection has no schema to create tables in")
+            # Instances starting together: one migrates, the others wait and find it done. The
+            # lock comes first: CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent one.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || %s))", (target,))
             if self.schema is not None:
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
@@ -165,8 +170,6 @@ class PostgresStorage:
             schema = conn.execute("SELECT current_schema()").fetchone()
             if schema is None or schema[0] is None:
                 raise StorageError("the connection has no schema to create tables in")
-            # Instances starting together: one migrates, the others wait and find it done.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || %s))", schema)
             conn.execute("CREATE TABLE IF NOT EXISTS agentjournal_schema (version integer)")
             row = conn.execute("SELECT max(version) FROM agentjournal_schema").fetchone()
             found = (row[0] if row else None) or 0
@@ -261,8 +264,27 @@ class PostgresStorage:
     # -- writes -----------------------------------------------------------------------------
 
     def write(self, work: Callable[[WriteTx], T]) -> T:
-        result: T = self._submit(lambda: self._group.submit(work))
+        # Plain writes (task verbs, sessions, keys) each get a transaction of their own: they
+        # lock rows in their own orders, and sharing one transaction across instances made
+        # deadlocks (each a second's wait). Appends, which lock all their sessions at once in id
+        # order, share transactions through group commit.
+        result: T = self._submit(lambda: self._alone(work))
         return result
+
+    def _alone(self, work: Callable[[WriteTx], T]) -> T:
+        control = self._control()
+        control.begin()
+        try:
+            result = work(control.tx)
+        except BaseException:
+            control.rollback()
+            raise
+        control.commit()
+        self.signal.notify()
+        return result
+
+    def _control(self) -> Control:
+        return Control(self._pool.getconn, self._pool.putconn, self.channel, self._synchronous)
 
     def write_grouped(
         self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
