@@ -193,21 +193,38 @@ class PostgresStorage:
         return f"agentjournal.{schema[0]}"[:63]
 
     def _listen(self) -> None:
-        """Wake local subscribers when any instance commits (the payload is only a hint)."""
+        """Wake local subscribers when any instance commits, and once more when the global feed
+        shows that commit: it does only once every transaction older than it has ended
+        (docs/postgres.md), and a subscriber woken before then found nothing new."""
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.signal.notify()  # whatever committed while we were not listening
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            if self._stop.is_set():
-                                break
-                            self.signal.notify()
+                    self._follow(conn)
             except psycopg.Error as exc:
                 if not self._stop.is_set():
                     log.warning("LISTEN connection lost (%s); reconnecting", exc)
                     self._stop.wait(1.0)
+
+    def _follow(self, conn: psycopg.Connection[Any]) -> None:
+        held = -1  # the newest notified tx the feed may not show yet (-1: none)
+        while not self._stop.is_set():
+            notes = list(conn.notifies(timeout=1.0 if held < 0 else 0.02, stop_after=1))
+            if notes:
+                notes += conn.notifies(timeout=0)  # and whatever else is waiting
+            if self._stop.is_set():
+                return
+            for note in notes:
+                held = max(held, _notified_tx(note.payload))
+            if held < 0:
+                continue
+            row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()
+            if row is not None and int(row[0]) > held:
+                held = -1
+                self.signal.notify()  # the feed shows it now: one more wake-up
+            elif notes:
+                self.signal.notify()  # session streams need not wait for the feed
 
     def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
         return self._turns.hold(tenant, session_id)
@@ -301,8 +318,11 @@ class PostgresStorage:
             except CommitUnknown:
                 raise
             except psycopg.IntegrityError as exc:
-                # The rules ran first, so this is a race the database caught.
-                raise Conflict(f"the database refused the write: {exc}") from exc
+                # The rules passed, then a concurrent transaction committed the same key or id
+                # first (another thread, another instance). Run again: the rules now see that
+                # row and answer as for a retry, or with their own Conflict.
+                if attempt == WRITE_ATTEMPTS:
+                    raise Conflict(f"the database refused the write: {exc}") from exc
             except _RETRYABLE as exc:
                 # Rolled back, never committed: safe to run again on a fresh connection.
                 if attempt == WRITE_ATTEMPTS:
@@ -539,6 +559,14 @@ class PostgresStorage:
             )
         ]
         return problems
+
+
+def _notified_tx(payload: str) -> int:
+    """The tx of a notification's position (0 for an empty or foreign payload: wake anyway)."""
+    try:
+        return decode_position(payload or None)[0]
+    except InvalidArgument:
+        return 0
 
 
 def _list(values: Collection[str] | None) -> list[str] | None:
