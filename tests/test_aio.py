@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
-from pathlib import Path
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -24,23 +24,41 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
+from expected import all_events
 
 WAIT = 30.0
 NO_POLL = 2 * WAIT  # longer than any wait: live events must arrive by wake-up, not by polling
+NOTIFIED = 10.0  # seconds a notified subscriber may take, far below its poll interval
+LONG_POLL = 3 * NOTIFIED  # a poll this rare never comes within NOTIFIED: only a wake-up can
 T = TypeVar("T")
 
 
-def run(db_path: Path, body: Callable[[AsyncJournal], Coroutine[Any, Any, T]]) -> T:
-    """Open an AsyncJournal on db_path, run body in a fresh event loop with a time limit."""
+def run(url: str, body: Callable[[AsyncJournal], Coroutine[Any, Any, T]]) -> T:
+    """Open an AsyncJournal on `url`, run body in a fresh event loop with a time limit."""
 
     async def main() -> T:
-        async with await AsyncJournal.open(db_path) as journal:
+        async with await AsyncJournal.open(url) as journal:
             return await asyncio.wait_for(body(journal), WAIT)
 
     return asyncio.run(main())
 
 
-def test_verbs_match_the_sync_journal(db_path: Path) -> None:
+def settled_feed(journal: Journal) -> list[Event]:
+    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
+    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
+    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
+    moment. Bounded by WAIT: an event that never shows up fails the test."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        events = all_events(journal)
+        stored = journal.verify().events_checked
+        if stored == len(events):
+            return events
+        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
+        time.sleep(0.02)
+
+
+def test_verbs_match_the_sync_journal(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         session = await aj.create_session(
             "订单客服", system_prompt="你是订单客服助手。", metadata={"agent": "orders"}
@@ -64,6 +82,7 @@ def test_verbs_match_the_sync_journal(db_path: Path) -> None:
         assert events == sync.events(sid)
         assert [e.seq for e in events] == [1, 2, 3, 4, 5]
         assert await aj.events(sid, after=2, limit=2) == events[2:4]
+        settled_feed(sync)  # what follows reads the feed as it is then: see settled_feed
         assert await aj.events_all(after=events[1].position) == events[2:]
         assert await aj.messages(sid) == sync.messages(sid)
         assert [m.content for m in await aj.messages(sid, last=1)] == ["你当前有 42 个订单。"]
@@ -102,13 +121,13 @@ def test_verbs_match_the_sync_journal(db_path: Path) -> None:
         with pytest.raises(SessionNotFound):
             await aj.get_session(fork.session_id)
 
-    run(db_path, body)
-    with Journal.open(db_path) as reopened:  # what the async verbs wrote is durable and whole
+    run(journal_url, body)
+    with Journal.open(journal_url) as reopened:  # what the async verbs wrote is durable and whole
         assert reopened.verify().ok
-        assert [e.seq for e in reopened.events_all()] == [1, 2, 3, 4, 5, 6, 7]
+        assert [e.seq for e in settled_feed(reopened)] == [1, 2, 3, 4, 5, 6, 7]
 
 
-def test_fifty_concurrent_appends_are_gapless(db_path: Path) -> None:
+def test_fifty_concurrent_appends_are_gapless(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> list[Event]:
         sid = (await aj.create_session("burst")).session_id
         stored = await asyncio.gather(
@@ -123,11 +142,11 @@ def test_fifty_concurrent_appends_are_gapless(db_path: Path) -> None:
         assert (await aj.verify()).ok
         return events
 
-    events = run(db_path, body)
+    events = run(journal_url, body)
     assert [e.seq for e in events] == list(range(2, 52))
 
 
-def test_concurrent_expected_seq_has_one_winner(db_path: Path) -> None:
+def test_concurrent_expected_seq_has_one_winner(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         sid = (await aj.create_session("race")).session_id
         results = await asyncio.gather(
@@ -142,10 +161,10 @@ def test_concurrent_expected_seq_has_one_winner(db_path: Path) -> None:
         assert all(type(r) is Conflict for r in results if not isinstance(r, Event))
         assert await aj.events(sid, after=1) == winners
 
-    run(db_path, body)
+    run(journal_url, body)
 
 
-def test_async_for_yields_backlog_then_live_events(db_path: Path) -> None:
+def test_async_for_yields_backlog_then_live_events(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         sid = (await aj.create_session("live")).session_id
         for n in range(3):
@@ -187,10 +206,10 @@ def test_async_for_yields_backlog_then_live_events(db_path: Path) -> None:
                 break
         assert feed == seen[-2:]
 
-    run(db_path, body)
+    run(journal_url, body)
 
 
-def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(db_path: Path) -> None:
+def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         a = (await aj.create_session("a")).session_id
         b = (await aj.create_session("b")).session_id
@@ -225,10 +244,58 @@ def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(db_path: Path)
         assert a_events[-1].payload == {"status": "deleted"}
         assert feed == await aj.events_all(after=start)
 
-    run(db_path, body)
+    run(journal_url, body)
 
 
-def test_errors_keep_their_types(db_path: Path) -> None:
+def test_async_subscribers_wake_on_another_instances_commit(backend: str, journal_url: str) -> None:
+    """Two `AsyncJournal`s on one PostgreSQL schema, as two servers would be: the subscribers
+    of one poll every LONG_POLL seconds, so only the other's NOTIFY can bring them each event
+    within NOTIFIED. The reading instance never writes."""
+    if backend != "postgres":
+        pytest.skip(
+            "SQLite has no wake-up across connections: other processes' commits are found by"
+            " polling (test_subscribe.py)"
+        )
+
+    async def main() -> None:
+        async with (
+            await AsyncJournal.open(journal_url) as reader,
+            await AsyncJournal.open(journal_url) as writer,
+        ):
+            sid = (await writer.create_session("elsewhere")).session_id
+            start = (await reader.get_session(sid)).last_position
+            session_feed: asyncio.Queue[Event] = asyncio.Queue()
+            global_feed: asyncio.Queue[Event] = asyncio.Queue()
+
+            async def follow(stream: AsyncIterator[Event], into: asyncio.Queue[Event]) -> None:
+                async for event in stream:
+                    await into.put(event)
+
+            followers = [
+                asyncio.create_task(
+                    follow(reader.subscribe(sid, poll_interval=LONG_POLL), session_feed)
+                ),
+                asyncio.create_task(
+                    follow(reader.subscribe_all(after=start, poll_interval=LONG_POLL), global_feed)
+                ),
+            ]
+            try:
+                created = await asyncio.wait_for(session_feed.get(), NOTIFIED)
+                assert created.type == "session_created"
+                for n in range(5):
+                    await asyncio.sleep(0.1)  # let both go back to waiting for a wake-up
+                    sent = await writer.append(sid, "user_message", {"content": f"afar {n}"})
+                    assert await asyncio.wait_for(session_feed.get(), NOTIFIED) == sent
+                    assert await asyncio.wait_for(global_feed.get(), NOTIFIED) == sent
+            finally:
+                for follower in followers:
+                    follower.cancel()
+                await asyncio.gather(*followers, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_errors_keep_their_types(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         sid = (await aj.create_session("errors")).session_id
         await aj.append(sid, "user_message", {"content": "long " * 1000})
@@ -270,16 +337,16 @@ def test_errors_keep_their_types(db_path: Path) -> None:
         assert [e.seq for e in await aj.events(sid)] == [1, 2, 3, 4]
         assert (await aj.verify()).ok
 
-    run(db_path, body)
+    run(journal_url, body)
 
 
-def test_a_subscriber_on_a_closed_loop_does_not_fail_writers(db_path: Path) -> None:
+def test_a_subscriber_on_a_closed_loop_does_not_fail_writers(journal_url: str) -> None:
     """An application closes its event loop while a subscription waits on it (without cancelling
     it). The next append commits, so it must also return: raising would report a committed event
     as failed, and a retry would store it twice."""
     loop = asyncio.new_event_loop()
     try:
-        aj = loop.run_until_complete(AsyncJournal.open(db_path))
+        aj = loop.run_until_complete(AsyncJournal.open(journal_url))
         sid = loop.run_until_complete(aj.create_session("abandoned")).session_id
         first = asyncio.Event()
         stream = aj.subscribe(sid, poll_interval=NO_POLL)

@@ -1,7 +1,8 @@
-"""Concurrent writers on one file: threads of one process (meeting in group commit) and separate
-processes (meeting at SQLite's write lock). Nothing is lost or stored twice, seqs stay gapless and
-`verify()` is clean; an `expected_seq` race has exactly one winner; and a rejected append that
-shares a commit with others fails alone."""
+"""Concurrent writers on one database: threads of one process (meeting in group commit) and
+separate processes or `Journal`s (meeting at SQLite's write lock, or in PostgreSQL at the rows they
+touch). Nothing is lost or stored twice, seqs stay gapless and `verify()` is clean; an
+`expected_seq` race has exactly one winner; and a rejected append that shares a commit with others
+fails alone. Every test runs on every backend, but those about SQLite's file lock."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
+from agentjournal.backends.postgres_rows import decode_position
 from expected import all_events
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
@@ -56,7 +58,7 @@ def run_together(count: int, body: Callable[[int], None]) -> list[str]:
 def check_journal(journal: Journal, acknowledged: list[Event]) -> list[Event]:
     """Every acknowledged event is stored exactly as returned, exactly once; nothing else carries
     a tag; every session's seqs are 1..n; the projections agree with the journal."""
-    events = all_events(journal)
+    events = settled_feed(journal)
     by_id = {event.event_id: event for event in events}
     assert len(by_id) == len(events)
     acked_ids = [event.event_id for event in acknowledged]
@@ -82,6 +84,21 @@ def check_journal(journal: Journal, acknowledged: list[Event]) -> list[Event]:
     return events
 
 
+def settled_feed(journal: Journal) -> list[Event]:
+    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
+    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
+    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
+    moment. Bounded by WAIT: an event that never shows up fails the test."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        events = all_events(journal)
+        stored = journal.verify().events_checked
+        if stored == len(events):
+            return events
+        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
+        time.sleep(0.02)
+
+
 def batch(tag: str) -> list[dict[str, Any]]:
     """A model response with one tool call and its result, each event tagged."""
     return [
@@ -98,14 +115,15 @@ def batch(tag: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(params=["one journal", "a journal per thread"])
-def journals(request: pytest.FixtureRequest, db_path: Path) -> Iterator[list[Journal]]:
-    """16 handles on one file: the same Journal (group commit) or 16 separate ones (each with
-    its own writer connection, so they meet at SQLite's lock like processes do)."""
+def journals(request: pytest.FixtureRequest, journal_url: str) -> Iterator[list[Journal]]:
+    """16 handles on one database: the same Journal (group commit) or 16 separate ones (each
+    with its own writer connection, so they meet at SQLite's lock, or at PostgreSQL's row locks,
+    like processes do)."""
     if request.param == "one journal":
-        with Journal.open(db_path) as journal:
+        with Journal.open(journal_url) as journal:
             yield [journal] * 16
         return
-    opened = [Journal.open(db_path) for _ in range(16)]
+    opened = [Journal.open(journal_url) for _ in range(16)]
     try:
         yield opened
     finally:
@@ -173,15 +191,19 @@ def expected_seq_race(
     return won, conflicts
 
 
-def test_same_idempotency_key_from_sixteen_threads_writes_once(journal: Journal) -> None:
+def test_same_idempotency_key_from_sixteen_threads_writes_once(journals: list[Journal]) -> None:
+    """16 retries of one create and one append at once, through one `Journal` or one each (as
+    16 processes would send them): every one gets the same session and the same event back."""
+    journal = journals[0]
     created: list[str] = []
     appended: list[Event] = []
 
     def retry(thread: int) -> None:
-        session = journal.create_session("once", idempotency_key="create-once")
+        mine = journals[thread]
+        session = mine.create_session("once", idempotency_key="create-once")
         created.append(session.session_id)
         appended.append(
-            journal.append(
+            mine.append(
                 session.session_id, "user_message", {"content": "hi"}, idempotency_key="say-once"
             )
         )
@@ -194,15 +216,16 @@ def test_same_idempotency_key_from_sixteen_threads_writes_once(journal: Journal)
     assert journal.verify().ok
 
 
-def test_a_rejected_append_in_a_shared_commit_fails_alone(journal: Journal) -> None:
+def test_a_rejected_append_in_a_shared_commit_fails_alone(backend: str, journal: Journal) -> None:
     """Valid and invalid appends land in one group commit (a held transaction makes them queue
     up behind it): each invalid one raises its own error and writes nothing, every valid one is
-    stored, and contended pairs (same call_id, same session_id) have exactly one winner."""
+    stored, and contended pairs (same call_id, same session_id) have exactly one winner. (On
+    PostgreSQL only appends share transactions: the creates here commit alone, concurrently.)"""
     for round_ in range(3):
-        shared_commit_round(journal, f"r{round_}")
+        shared_commit_round(backend, journal, f"r{round_}")
 
 
-def shared_commit_round(journal: Journal, r: str) -> None:
+def shared_commit_round(backend: str, journal: Journal, r: str) -> None:
     a = journal.create_session("a").session_id
     b = journal.create_session("b").session_id
     gone = journal.create_session("gone").session_id
@@ -211,7 +234,7 @@ def shared_commit_round(journal: Journal, r: str) -> None:
     journal.append(a, "tool_call", {"call_id": "done", "name": "f", "arguments": "{}"})
     journal.append(a, "tool_result", {"call_id": "done", "content": "1"})
     journal.append(a, "user_message", {"content": "hello"}, idempotency_key="k")
-    before = all_events(journal)
+    before = settled_feed(journal)
 
     def msg(tag: str) -> dict[str, Any]:
         return {"content": tag, "tag": tag}
@@ -296,11 +319,12 @@ def shared_commit_round(journal: Journal, r: str) -> None:
     held = threading.Event()
     release = threading.Event()
 
-    def hold(tx: Any) -> None:
+    def hold(tx: Any, items: list[None]) -> list[None]:
         held.set()
         release.wait(WAIT)
+        return [None for _ in items]
 
-    holder = threading.Thread(target=journal.storage.write, args=(hold,), daemon=True)
+    holder = threading.Thread(target=journal.storage.write_grouped, args=(hold, None), daemon=True)
     holder.start()
     assert held.wait(WAIT)
     commits_before = journal.storage.signal.version
@@ -336,7 +360,18 @@ def shared_commit_round(journal: Journal, r: str) -> None:
 
     # The successful requests shared commits: this round did test one commit serving many.
     successes = [x for x in outcomes.values() if not isinstance(x, Exception)]
-    assert commits < len(successes), f"{commits} commits for {len(successes)} appends"
+    if backend == "sqlite":
+        assert commits < len(successes), f"{commits} commits for {len(successes)} appends"
+    else:
+        # Each commit also comes back through LISTEN, so count transactions by the id each new
+        # event's position carries instead (ok-retry returned an old event: not counted).
+        appends = [
+            [x] if isinstance(x, Event) else x
+            for name, x in outcomes.items()
+            if isinstance(x, Event | list) and name != "ok-retry"
+        ]
+        txs = {decode_position(e.position)[0] for events in appends for e in events}
+        assert len(txs) < len(appends), f"{len(txs)} transactions for {len(appends)} appends"
 
     retry = outcomes["ok-retry"]
     assert retry == next(e for e in before if e.idempotency_key == "k" and e.session_id == a)
@@ -361,20 +396,21 @@ def shared_commit_round(journal: Journal, r: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pace", [0.0, 0.002])
-def test_processes_and_threads_share_one_file(db_path: Path, pace: float) -> None:
+def test_processes_and_threads_share_one_database(journal_url: str, pace: float) -> None:
     """Three processes, each with its own Journal and four threads, plus four threads here, append
-    to the same file, to shared sessions and their own: no error ("database is locked" or other),
-    every event stored exactly once, gapless seqs, verify clean. Back to back (pace 0), a process
-    tends to keep the lock while the others wait in SQLite's busy handler; paced, they interleave.
+    to the same database, to shared sessions and their own: no error ("database is locked",
+    deadlock or other), every event stored exactly once, gapless seqs, verify clean. Back to back
+    (pace 0), on SQLite a process tends to keep the lock while the others wait in its busy
+    handler; paced, they interleave.
     """
-    with Journal.open(db_path) as journal:
+    with Journal.open(journal_url) as journal:
         shared = [journal.create_session(f"shared {n}").session_id for n in range(2)]
         children = [
             subprocess.Popen(
                 [
                     sys.executable,
                     str(WRITER),
-                    str(db_path),
+                    journal_url,
                     f"p{n}",
                     "--shared",
                     ",".join(shared),
@@ -459,10 +495,12 @@ conn.close()
 
 @pytest.mark.slow
 @pytest.mark.parametrize("file", ["fresh", "existing journal"])
-def test_open_waits_while_another_process_writes(db_path: Path, file: str) -> None:
+def test_open_waits_while_another_process_writes(backend: str, db_path: Path, file: str) -> None:
     """Another process holds the write lock (on a fresh file: as when two processes open the file
     for the first time together, and the other is switching it to WAL). Opening waits for it, as
     appending does, instead of failing with "database is locked"."""
+    if backend != "sqlite":
+        pytest.skip("SQLite's file write lock (PostgreSQL: test_first_opens_race_on_one_database)")
     if file == "existing journal":
         with Journal.open(db_path) as journal:
             journal.create_session("before")
@@ -482,3 +520,23 @@ def test_open_waits_while_another_process_writes(db_path: Path, file: str) -> No
     finally:
         holder.communicate(timeout=WAIT)
     assert holder.returncode == 0
+
+
+@pytest.mark.slow
+def test_first_opens_race_on_one_database(journal_url: str) -> None:
+    """Eight first opens at once, each with its own connections as eight processes would have, on
+    a database nobody has opened (on SQLite a fresh file; on PostgreSQL a schema that does not
+    exist yet): one creates the journal, the others wait for it, and every one then writes."""
+    sessions: list[str] = []
+
+    def open_and_write(index: int) -> None:
+        with Journal.open(journal_url) as journal:
+            sid = journal.create_session(f"opener {index}").session_id
+            journal.append(sid, "user_message", {"content": f"{index}", "tag": f"{index}"})
+            sessions.append(sid)
+
+    assert run_together(8, open_and_write) == []
+    with Journal.open(journal_url) as journal:
+        assert sorted(journal.get_session(sid).last_seq for sid in sessions) == [2] * 8
+        assert len(journal.sessions(limit=100)) == 8
+        assert journal.verify().ok

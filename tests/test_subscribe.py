@@ -4,12 +4,15 @@ event as it commits, in order, with no gap and no duplicate, also when another p
 Each subscriber runs on a thread until a sentinel event (`test.stop`) arrives, so a stream that
 repeated or added anything at the end would show it; every wait is bounded by WAIT. In-process
 tests subscribe with a poll interval longer than WAIT: they pass only if a commit wakes the
-subscriber, as DESIGN.md promises, instead of the next poll finding it.
+subscriber, as DESIGN.md promises, instead of the next poll finding it. On PostgreSQL the same
+holds for commits made through another instance or process (LISTEN/NOTIFY); on SQLite those are
+found by polling.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -18,12 +21,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agentjournal import Event, InvalidArgument, Journal, SessionNotFound
+from postgres_fixtures import ADMIN_URL
 
 WAIT = 30.0
 NO_POLL = 2 * WAIT  # seconds between polls: longer than any test may wait
+NOTIFIED = 10.0  # seconds a notified subscriber may take, far below its poll interval
+LONG_POLL = 3 * NOTIFIED  # a poll this rare never comes within NOTIFIED: only a wake-up can
 STOP = "test.stop"
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
 
@@ -57,9 +64,9 @@ class Collector:
         finally:
             self.done.set()
 
-    def wait_for(self, count: int) -> None:
+    def wait_for(self, count: int, within: float = WAIT) -> None:
         """Wait until at least `count` events arrived."""
-        deadline = time.monotonic() + WAIT
+        deadline = time.monotonic() + within
         while len(self.events) < count and not self.done.is_set():
             assert time.monotonic() < deadline, f"stalled at {len(self.events)} of {count} events"
             time.sleep(0.005)
@@ -224,7 +231,7 @@ def test_subscribe_all_follows_commit_order_within_the_tenant(journal: Journal) 
     write(journal, a, 3, "a-old")
     write(other, c, 3, "c-old")
     write(journal, b, 3, "b-old")
-    cursor = journal.events_all(limit=5)[-1].position
+    cursor = journal.get_session(a).last_position  # b's events and c's come after it
 
     mine = Collector(journal.subscribe_all(after=cursor, poll_interval=NO_POLL))
     theirs = Collector(other.subscribe_all(poll_interval=NO_POLL))
@@ -283,19 +290,21 @@ def test_subscriber_from_zero_while_four_threads_append(journal: Journal, feed: 
 
 
 @pytest.mark.slow
-def test_subscribers_see_commits_of_another_process(db_path: Path) -> None:
-    """Another process's commits cannot wake us: polling finds them, without gap or duplicate.
-    Both streams must have everything the child wrote before this process writes anything."""
-    with Journal.open(db_path) as journal:
+def test_subscribers_see_commits_of_another_process(backend: str, journal_url: str) -> None:
+    """Another process's commits reach both streams without gap or duplicate, before this
+    process writes anything. On SQLite they cannot wake us: polling finds them. On PostgreSQL
+    the child's NOTIFYs wake us: the poll interval is longer than any wait here."""
+    poll = 0.02 if backend == "sqlite" else NO_POLL
+    with Journal.open(journal_url) as journal:
         sid = journal.create_session("shared").session_id
         cursor = journal.get_session(sid).last_position
-        session_stream = Collector(journal.subscribe(sid, poll_interval=0.02))
-        global_stream = Collector(journal.subscribe_all(after=cursor, poll_interval=0.02))
+        session_stream = Collector(journal.subscribe(sid, poll_interval=poll))
+        global_stream = Collector(journal.subscribe_all(after=cursor, poll_interval=poll))
         child = subprocess.run(
             [
                 sys.executable,
                 str(WRITER),
-                str(db_path),
+                journal_url,
                 "child",
                 "--shared",
                 sid,
@@ -323,26 +332,34 @@ def test_subscribers_see_commits_of_another_process(db_path: Path) -> None:
         stop(journal, sid)
         events = session_stream.result()
         feed = global_stream.result()
+        stored_feed = journal.events_all(after=cursor, limit=1000)
 
     check_stream(events)
-    assert events == journal_events(db_path, sid)
+    assert events == journal_events(journal_url, sid)
     assert [e.seq for e in events] == list(range(1, len(on_sid) + 3))
     assert sorted([e.event_id, e.seq, e.type] for e in events[1:-1]) == sorted(
         ack[:1] + ack[2:4] for ack in on_sid
     )
     check_stream(feed)
     assert sorted(e.event_id for e in feed[:-1]) == sorted(ack[0] for ack in acks)
-    assert [e.event_id for e in feed] == sorted(e.event_id for e in feed)
+    assert feed == stored_feed  # in the feed's (commit) order
+    for session_id in {e.session_id for e in feed}:
+        seqs = [e.seq for e in feed if e.session_id == session_id]
+        assert seqs == sorted(seqs), f"{session_id} out of seq order in the feed"
+    if backend == "sqlite":  # there the position is the event_id
+        assert [e.event_id for e in feed] == sorted(e.event_id for e in feed)
 
 
-def journal_events(db_path: Path, session_id: str) -> list[Event]:
-    with Journal.open(db_path) as journal:
+def journal_events(url: str, session_id: str) -> list[Event]:
+    with Journal.open(url) as journal:
         return journal.events(session_id, limit=1000)
 
 
-def test_a_waiting_subscriber_holds_no_read_transaction(db_path: Path) -> None:
+def test_a_waiting_subscriber_holds_no_read_transaction(backend: str, db_path: Path) -> None:
     """While subscribers wait, a checkpoint can move the whole WAL into the file and truncate it:
     no read transaction is held open across the wait."""
+    if backend != "sqlite":
+        pytest.skip("WAL checkpoint of the SQLite file (PostgreSQL: the test after this one)")
     with Journal.open(db_path) as journal:
         sid = journal.create_session("idle").session_id
         write(journal, sid, 20, "old")
@@ -363,3 +380,130 @@ def test_a_waiting_subscriber_holds_no_read_transaction(db_path: Path) -> None:
         stop(journal, sid)
         assert len(session_stream.result()) == last.last_seq + 1
         assert len(global_stream.result()) == last.last_seq + 1
+
+
+def test_a_waiting_subscriber_holds_no_transaction_on_postgres(
+    backend: str, journal_url: str
+) -> None:
+    """PostgreSQL's side of the promise above: while subscribers wait, none of the instance's
+    connections (pool and LISTEN) is inside a transaction, so none holds back vacuum or the
+    global feed of other instances."""
+    if backend != "postgres":
+        pytest.skip("server sessions of PostgreSQL (SQLite: the test before this one)")
+    name = f"aj-idle-{secrets.token_hex(6)}"  # tells this instance's connections from others'
+    with Journal.open(f"{journal_url}&application_name={name}") as journal:
+        sid = journal.create_session("idle").session_id
+        write(journal, sid, 20, "old")
+        last = journal.get_session(sid)
+        # Polling too (every 0.2 s, the default): neither waiting nor polling holds a transaction.
+        session_stream = Collector(journal.subscribe(sid))
+        global_stream = Collector(journal.subscribe_all())
+        session_stream.wait_for(last.last_seq)
+        global_stream.wait_for(last.last_seq)
+
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            for _ in range(20):  # a transaction held across the wait would show in every look
+                states = [
+                    row[0]
+                    for row in admin.execute(
+                        "SELECT state FROM pg_stat_activity WHERE application_name = %s", (name,)
+                    )
+                ]
+                assert states, "no connection of the journal found"
+                assert not [s for s in states if s.startswith("idle in transaction")], states
+                time.sleep(0.02)
+
+        stop(journal, sid)
+        assert len(session_stream.result()) == last.last_seq + 1
+        assert len(global_stream.result()) == last.last_seq + 1
+
+
+# -- another instance on the same PostgreSQL schema -----------------------------------------------
+
+
+def only_postgres(backend: str) -> None:
+    if backend != "postgres":
+        pytest.skip(
+            "SQLite has no wake-up across connections: other processes' commits are found by"
+            " polling (test_subscribers_see_commits_of_another_process)"
+        )
+
+
+def test_a_commit_through_another_instance_wakes_both_streams(
+    backend: str, journal_url: str
+) -> None:
+    """Two `Journal`s on one schema, as two servers would be: each has its own pool and its own
+    LISTEN connection. The subscribers poll every LONG_POLL seconds, so only the writer's NOTIFY
+    can bring them each event within NOTIFIED. The reader itself never writes."""
+    only_postgres(backend)
+    with Journal.open(journal_url) as reader, Journal.open(journal_url) as writer:
+        sid = writer.create_session("elsewhere").session_id
+        start = reader.get_session(sid).last_position
+        session_stream = Collector(reader.subscribe(sid, poll_interval=LONG_POLL))
+        global_stream = Collector(reader.subscribe_all(after=start, poll_interval=LONG_POLL))
+        session_stream.wait_for(1, within=NOTIFIED)  # the backlog: session_created
+        sent: list[Event] = []
+        for n in range(5):
+            time.sleep(0.1)  # let both go back to waiting: the wake-up, not a read, must find it
+            sent.append(writer.append(sid, "user_message", {"content": f"from afar {n}"}))
+            session_stream.wait_for(2 + n, within=NOTIFIED)
+            global_stream.wait_for(1 + n, within=NOTIFIED)
+        sent.append(stop(writer, sid))
+        assert session_stream.result()[1:] == sent
+        assert global_stream.result() == sent
+
+
+def test_without_listen_another_instances_commits_are_found_by_polling(
+    backend: str, journal_url: str
+) -> None:
+    """Behind a transaction-mode pooler (`pooler=transaction`) an instance cannot LISTEN: its
+    subscribers find other instances' commits by polling, still without gap or duplicate."""
+    only_postgres(backend)
+    with (
+        Journal.open(f"{journal_url}&pooler=transaction") as reader,
+        Journal.open(journal_url) as writer,
+    ):
+        sid = writer.create_session("polled").session_id
+        start = reader.get_session(sid).last_position
+        session_stream = Collector(reader.subscribe(sid, poll_interval=0.02))
+        global_stream = Collector(reader.subscribe_all(after=start, poll_interval=0.02))
+        writers = [in_thread(lambda n=n: write(writer, sid, 10, f"w{n}")) for n in range(2)]
+        for thread in writers:
+            thread.join(WAIT)
+        sentinel = stop(writer, sid)
+        events = session_stream.result()
+        feed = global_stream.result()
+        stored = writer.events(sid, limit=1000)
+    check_stream(events)
+    assert events == stored
+    assert feed == stored[1:]
+    assert feed[-1] == sentinel
+
+
+def test_a_feed_held_back_by_an_older_transaction_wakes_when_it_ends(
+    backend: str, journal_url: str
+) -> None:
+    """The global feed shows a commit only once every transaction older than it has ended
+    (docs/postgres.md), anywhere in the cluster. A subscriber woken by the NOTIFY while such a
+    transaction runs finds nothing yet; when it ends, the subscriber must see the event without
+    waiting for its next poll. Session streams are not held back."""
+    only_postgres(backend)
+    with Journal.open(journal_url) as reader, Journal.open(journal_url) as writer:
+        sid = writer.create_session("held back").session_id
+        start = reader.get_session(sid).last_position
+        session_stream = Collector(reader.subscribe(sid, poll_interval=LONG_POLL))
+        global_stream = Collector(
+            reader.subscribe_all(after=start, poll_interval=LONG_POLL), lambda events: True
+        )
+        session_stream.wait_for(1, within=NOTIFIED)
+        with psycopg.connect(ADMIN_URL) as other:  # another application's write transaction
+            other.execute("SELECT pg_current_xact_id()")
+            sent = writer.append(sid, "user_message", {"content": "behind an older transaction"})
+            session_stream.wait_for(2, within=NOTIFIED)
+            time.sleep(0.3)  # the same wake-up reached the global stream: let it look, in vain
+            assert global_stream.events == []
+            other.rollback()
+        global_stream.wait_for(1, within=NOTIFIED)
+        assert global_stream.result() == [sent]
+        sentinel = stop(writer, sid)
+        assert session_stream.result()[1:] == [sent, sentinel]

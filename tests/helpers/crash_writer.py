@@ -1,6 +1,8 @@
 """The crash test's child: 16 writer threads append until the parent SIGKILLs the process.
 
-    python crash_writer.py DB DURABILITY RUN SHARED_IDS SEED
+    python crash_writer.py URL DURABILITY RUN SHARED_IDS SEED
+
+URL is what `Journal.open` takes: a SQLite file path or a `postgresql://` URL.
 
 Each thread creates a session of its own, then loops: `append` of one event, or `append_many` of
 a batch of 2-5 events, to its own session (with `expected_seq`, which must always hold there) or to
@@ -29,10 +31,10 @@ GIVE_UP_AFTER = 60.0
 
 
 def main() -> None:
-    db, durability, run, shared_ids, seed = sys.argv[1:6]
+    url, durability, run, shared_ids, seed = sys.argv[1:6]
     shared = shared_ids.split(",")
     out = threading.Lock()
-    journal = Journal.open(db, durability=durability)  # type: ignore[arg-type]
+    journal = Journal.open(url, durability=durability)  # type: ignore[arg-type]
 
     def report(line: dict[str, Any]) -> None:
         text = json.dumps(line) + "\n"

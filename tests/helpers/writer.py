@@ -1,6 +1,7 @@
-"""A writer process for the cross-process tests: opens its own Journal on a shared file and appends.
+"""A writer process for the cross-process tests: opens its own Journal on a shared database (a
+SQLite file path or a `postgresql://` URL, as `Journal.open` takes it) and appends.
 
-    python writer.py DB NAME --shared S1,S2 --threads 4 --ops 30 [--wait] [--delay 0.01]
+    python writer.py URL NAME --shared S1,S2 --threads 4 --ops 30 [--wait] [--delay 0.01]
 
 Each thread creates a session of its own, then does `ops` operations, alternating between the
 shared sessions and its own, mixing `append` and `append_many` (a user message, a tool call and its
@@ -24,7 +25,7 @@ from agentjournal import Event, Journal
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("db")
+    parser.add_argument("url")
     parser.add_argument("name")
     parser.add_argument("--shared", default="")
     parser.add_argument("--threads", type=int, default=4)
@@ -39,7 +40,7 @@ def main() -> None:
     errors: list[str] = []
     lock = threading.Lock()
 
-    with Journal.open(args.db) as journal:
+    with Journal.open(args.url) as journal:
         if args.wait:
             print("ready", flush=True)
             sys.stdin.readline()

@@ -1,6 +1,7 @@
-"""`Agent.run_turn` and `Agent.finish_turn` against a real SQLite journal, with small models and
-tools written here: which events a turn writes and in what order, what the model and the hooks
-see, how tool and model failures end up in the journal, and that a turn never runs twice.
+"""`Agent.run_turn` and `Agent.finish_turn` against a real journal (every backend), with small
+models and tools written here: which events a turn writes and in what order, what the model and
+the hooks see, how tool and model failures end up in the journal, and that a turn never runs
+twice.
 
 A rejected call must write nothing: `unchanged()` compares the whole tenant feed before and after.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +37,7 @@ from agentjournal.runtime import (
 from agentjournal.runtime.agent import ERROR_PREFIX
 from expected import a, all_events, t, u
 
+WAIT = 30.0  # seconds any wait may take before the test fails instead of hanging
 USAGE_1 = {"prompt_tokens": 11, "completion_tokens": 7}
 USAGE_2 = {"prompt_tokens": 23, "completion_tokens": 5}
 
@@ -106,12 +109,27 @@ def session_events(journal: Journal, session_id: str) -> list[Event]:
     return journal.events(session_id, limit=1000)
 
 
+def settled_feed(journal: Journal) -> list[Event]:
+    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
+    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
+    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
+    moment. Bounded by WAIT: an event that never shows up fails the test."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        events = all_events(journal)
+        stored = journal.verify().events_checked
+        if stored == len(events):
+            return events
+        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
+        time.sleep(0.02)
+
+
 @contextmanager
 def unchanged(journal: Journal) -> Iterator[None]:
     """The block must write nothing at all to the tenant's journal."""
-    before = all_events(journal)
+    before = settled_feed(journal)
     yield
-    assert all_events(journal) == before
+    assert settled_feed(journal) == before
 
 
 def assert_openai_messages(messages: list[dict[str, Any]]) -> None:
@@ -508,26 +526,28 @@ def test_bad_turn_arguments_write_nothing(journal: Journal) -> None:
     assert agent.model.calls == 0  # type: ignore[attr-defined]
 
 
-def race_two_turns(journal: Journal, title: str) -> None:
-    """Two threads start a turn on one new session at once. The winner's model waits until the
-    loser has its answer, so the loser tries while the winner's turn is in flight (or races it
-    for the user message's append)."""
+def race_two_turns(journal: Journal, title: str, other: Journal | None = None) -> None:
+    """Two threads start a turn on one new session at once (the second through `other`, another
+    `Journal` on the same database, if given). The winner's model waits until the loser has its
+    answer, so the loser tries while the winner's turn is in flight (or races it for the user
+    message's append)."""
     conflict = threading.Event()
     model = Echo(wait=lambda: conflict.wait(10))
     agent = Agent(model)
     session = agent.create_session(journal, title)
     start = threading.Barrier(2)
     outcomes: dict[str, Any] = {}
+    through = {"left": journal, "right": other or journal}
 
     def turn(text: str) -> None:
         start.wait()
         try:
-            outcomes[text] = agent.run_turn(journal, session.session_id, text).reply
+            outcomes[text] = agent.run_turn(through[text], session.session_id, text).reply
         except Conflict as exc:
             outcomes[text] = exc
             conflict.set()
 
-    threads = [threading.Thread(target=turn, args=(text,)) for text in ("left", "right")]
+    threads = [threading.Thread(target=turn, args=(text,)) for text in through]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -550,6 +570,17 @@ def race_two_turns(journal: Journal, title: str) -> None:
 def test_two_threads_starting_turns_on_one_session_run_exactly_one(journal: Journal) -> None:
     for round_ in range(8):  # repeated: who gets where varies
         race_two_turns(journal, f"race {round_}")
+    assert journal.verify().ok
+
+
+def test_two_journals_starting_turns_on_one_session_run_exactly_one(
+    journal: Journal, journal_url: str
+) -> None:
+    """As above, through two `Journal`s on one database (two processes' worth: on PostgreSQL two
+    instances, whose turn holds meet in the server, not in this process)."""
+    with Journal.open(journal_url) as other:
+        for round_ in range(8):
+            race_two_turns(journal, f"race {round_}", other)
     assert journal.verify().ok
 
 

@@ -2,11 +2,13 @@
 
 A child process runs one turn of an agent whose only tool takes an order (a side effect recorded
 in a ledger file, one synced line per execution) and SIGKILLs itself at one kill point. The
-parent reopens the database, resumes with the same agent (same tool, same ledger) and checks:
-the turn is finished, `verify()` is clean, a non-idempotent tool ran at most once (a call cut
-between its effect and its result gets an "interrupted" error result instead of a second run),
-and an idempotent one ran to a real result. Every kill point is enumerated, for both kinds of
-tool; the exact number of executions, and in which process, is known for each.
+parent reopens the journal (every backend: the child opens the same `journal_url`; on PostgreSQL
+the server drops the dead child's turn hold with its connection), resumes with the same agent
+(same tool, same ledger) and checks: the turn is finished, `verify()` is clean, a non-idempotent
+tool ran at most once (a call cut between its effect and its result gets an "interrupted" error
+result instead of a second run), and an idempotent one ran to a real result. Every kill point is
+enumerated, for both kinds of tool; the exact number of executions, and in which process, is
+known for each.
 
 The child is this module, loaded by path (`CHILD`), so both processes build the same agent.
 """
@@ -94,9 +96,9 @@ def build_agent(ledger: Path, idempotent: bool, kill_at: str | None = None) -> A
     return Agent(OrderModel(kill_at), [tool], name=AGENT)
 
 
-def child_main(db: str, ledger: str, session_id: str, kind: str, kill_at: str) -> None:
+def child_main(url: str, ledger: str, session_id: str, kind: str, kill_at: str) -> None:
     agent = build_agent(Path(ledger), kind == "idempotent", kill_at)
-    with Journal.open(db) as journal:
+    with Journal.open(url) as journal:
 
         def on_event(event: Event) -> None:
             if event.type == "assistant_message":
@@ -144,16 +146,17 @@ def expected_outcome(kill_at: str, idempotent: bool) -> tuple[int, int, bool]:
 @pytest.mark.parametrize("kind", ["idempotent", "non_idempotent"])
 @pytest.mark.parametrize("kill_at", list(KILL_POINTS))
 def test_a_turn_killed_at_each_step_is_finished_by_resume(
-    tmp_path: Path, kill_at: str, kind: str
+    journal_url: str, tmp_path: Path, kill_at: str, kind: str
 ) -> None:
     idempotent = kind == "idempotent"
-    db, ledger = tmp_path / "journal.db", tmp_path / "ledger.jsonl"
-    with Journal.open(db) as journal:
+    ledger = tmp_path / "ledger.jsonl"
+    with Journal.open(journal_url) as journal:
         session_id = build_agent(ledger, idempotent).create_session(journal, "shop").session_id
     key = f"{session_id}:call_1"
 
+    args = [sys.executable, "-c", CHILD, __file__, journal_url, str(ledger), session_id, kind]
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, __file__, str(db), str(ledger), session_id, kind, kill_at],
+        [*args, kill_at],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -172,7 +175,7 @@ def test_a_turn_killed_at_each_step_is_finished_by_resume(
     child_runs, resume_runs, is_error = expected_outcome(kill_at, idempotent)
     assert ledger_runs(ledger, key) == [child.pid] * child_runs
 
-    with Journal.open(db) as journal:
+    with Journal.open(journal_url) as journal:
         # What the kill left: exactly the steps before the kill point.
         left = [e.type for e in journal.events(session_id)][1:]
         assert left == TURN[: KILL_POINTS[kill_at]]
@@ -210,21 +213,20 @@ def test_a_turn_killed_at_each_step_is_finished_by_resume(
         assert len(journal.events(session_id)) == len(events)
 
 
-def test_resume_leaves_other_agents_sessions_alone(tmp_path: Path) -> None:
+def test_resume_leaves_other_agents_sessions_alone(journal: Journal, tmp_path: Path) -> None:
     """A cut turn in a session of another agent (or of no agent) is not finished here."""
-    db, ledger = tmp_path / "journal.db", tmp_path / "ledger.jsonl"
-    with Journal.open(db) as journal:
-        agent = build_agent(ledger, idempotent=True)
-        other = journal.create_session("other", metadata={"agent": "someone-else"})
-        plain = journal.create_session("plain chat")
-        for session in (other, plain):
-            journal.append(session.session_id, "user_message", {"content": REQUEST})
+    ledger = tmp_path / "ledger.jsonl"
+    agent = build_agent(ledger, idempotent=True)
+    other = journal.create_session("other", metadata={"agent": "someone-else"})
+    plain = journal.create_session("plain chat")
+    for session in (other, plain):
+        journal.append(session.session_id, "user_message", {"content": REQUEST})
 
-        report = resume_incomplete(journal, [agent])
+    report = resume_incomplete(journal, [agent])
 
-        assert (report.finished, report.failed) == ([], [])
-        assert {s.session_id for s in journal.open_turns()} == {
-            other.session_id,
-            plain.session_id,
-        }
-        assert not ledger.exists()
+    assert (report.finished, report.failed) == ([], [])
+    assert {s.session_id for s in journal.open_turns()} == {
+        other.session_id,
+        plain.session_id,
+    }
+    assert not ledger.exists()

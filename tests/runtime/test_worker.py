@@ -1,13 +1,13 @@
 """`Worker`: claims a task, keeps its lease alive while the handler runs, and records how the
 attempt ended (completed, retried, failed, or nothing at all when the attempt lost its lease).
-Real SQLite files; the "other worker" opens the same file through a second `Journal`."""
+A real journal on every backend; the "other worker" opens the same database through a second
+`Journal` (on PostgreSQL: another instance on the same schema)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +26,9 @@ def session_id(journal: Journal) -> str:
 
 
 @pytest.fixture
-def other(db_path: Path, journal: Journal) -> Iterator[Journal]:
-    """A second `Journal` on the same file: another worker's view."""
-    with Journal.open(db_path) as opened:
+def other(journal_url: str, journal: Journal) -> Iterator[Journal]:
+    """A second `Journal` on the same database: another worker's view."""
+    with Journal.open(journal_url) as opened:
         yield opened
 
 
@@ -97,6 +97,9 @@ def test_the_heartbeat_keeps_a_task_longer_than_its_lease(
         raise RuntimeError("crashed")
 
     Worker(journal, {"slow": crashes}).run_once()
+    # The other worker sees the task, pending and claimable: only the lease keeps it away.
+    assert other.get_task(task.task_id) == journal.get_task(task.task_id)
+    assert other.get_task(task.task_id).status == "pending"
     claims: list[Task | None] = []
 
     def beats() -> list[tuple[float, str]]:
