@@ -219,7 +219,11 @@ class PostgresStorage:
                 held = max(held, _notified_tx(note.payload))
             if held < 0:
                 continue
-            row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()
+            # On a pooled connection: the LISTEN connection runs nothing but LISTEN.
+            with self._pool.connection() as pooled:
+                row = pooled.execute(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+                ).fetchone()
             if row is not None and int(row[0]) > held:
                 held = -1
                 self.signal.notify()  # the feed shows it now: one more wake-up

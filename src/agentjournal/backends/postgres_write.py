@@ -39,17 +39,20 @@ from agentjournal.rules import SessionState
 
 __all__ = ["Control", "PostgresTx"]
 
-_INSERT_EVENT: Final = (
+_INSERT_EVENTS: Final = (
     "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING event_id, tx::text"
+    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
+    " %s::text[], %s::bigint[]) RETURNING event_id, tx::text, session_id, seq"
 )
-_INSERT_MESSAGE: Final = (
+_INSERT_MESSAGES: Final = (
     "INSERT INTO messages (session_id, tenant, seq, role, content, tokens, created_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
+    " %s::bigint[], %s::bigint[])"
 )
-_INSERT_TOOL_CALL: Final = (
+_INSERT_TOOL_CALLS: Final = (
     "INSERT INTO tool_calls (session_id, tenant, call_id, name, arguments, call_seq)"
-    " VALUES (%s, %s, %s, %s, %s, %s)"
+    " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::bigint[])"
 )
 _INSERT_TASK: Final = (
     f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASK_COLUMN_NAMES))})"
@@ -178,6 +181,11 @@ class PostgresTx:
             with self.conn.cursor() as cursor:
                 cursor.executemany(query, rows)
 
+    def _insert_columns(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One INSERT ... SELECT FROM unnest(columns) for all `rows`."""
+        if rows:
+            self._run(query, [list(column) for column in zip(*rows, strict=True)])
+
     # -- look-ups for the rules -------------------------------------------------------------
 
     def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
@@ -289,44 +297,37 @@ class PostgresTx:
         )
 
     def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
-        assert self.conn is not None, "used outside a write transaction"
+        # One statement for the whole group, whatever its size: the sessions' counters follow
+        # once per statement (see the schema), and psycopg pays its per-statement cost once.
+        found = self._rows(
+            _INSERT_EVENTS,
+            (
+                [row.tenant for row in rows],
+                [row.session_id for row in rows],
+                [row.seq for row in rows],
+                [row.event.type for row in rows],
+                [row.event.payload_json for row in rows],
+                [row.event.idempotency_key for row in rows],
+                [row.created_at for row in rows],
+            ),
+        )
+        placed = {(sid, seq): (event_id, int(tx)) for event_id, tx, sid, seq in found}
         stored = []
-        with self.conn.cursor() as cursor:
-            cursor.executemany(
-                _INSERT_EVENT,
-                [
-                    (
-                        row.tenant,
-                        row.session_id,
-                        row.seq,
-                        row.event.type,
-                        row.event.payload_json,
-                        row.event.idempotency_key,
-                        row.created_at,
-                    )
-                    for row in rows
-                ],
-                returning=True,
-            )
-            for row in rows:
-                found = cursor.fetchone()
-                assert found is not None
-                event_id, tx = found
-                event = row.event
-                position = encode_position(int(tx), event_id)
-                stored.append(
-                    Event(
-                        event_id,
-                        row.session_id,
-                        row.seq,
-                        event.type,
-                        event.payload,
-                        row.created_at,
-                        event.idempotency_key,
-                        position,
-                    )
+        for row in rows:
+            event_id, tx = placed[(row.session_id, row.seq)]
+            event = row.event
+            stored.append(
+                Event(
+                    event_id,
+                    row.session_id,
+                    row.seq,
+                    event.type,
+                    event.payload,
+                    row.created_at,
+                    event.idempotency_key,
+                    encode_position(tx, event_id),
                 )
-                cursor.nextset()
+            )
         self._advanced(stored)
         self._project(stored, {row.session_id: row.tenant for row in rows})
         return stored
@@ -367,13 +368,11 @@ class PostgresTx:
                 self._run(_INSERT_TASK, task_values(change))
             else:
                 self._update("tasks", "task_id", *change)
-        self._many(
-            _INSERT_MESSAGE,
-            [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.messages_added],
+        self._insert_columns(
+            _INSERT_MESSAGES, [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.messages_added]
         )
-        self._many(
-            _INSERT_TOOL_CALL,
-            [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.calls_opened],
+        self._insert_columns(
+            _INSERT_TOOL_CALLS, [(r[0], tenant_of(r[0]), *r[1:]) for r in rows.calls_opened]
         )
         self._many(
             "UPDATE messages SET content = %s, tokens = %s, edited_seq = %s"

@@ -55,33 +55,58 @@ CREATE UNIQUE INDEX events_idempotency ON events (session_id, idempotency_key)
 CREATE INDEX events_feed ON events (tenant, tx, event_id);
 CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'context_compacted';
 
--- Each new event advances its session inside the database (no round trip per event) and gets
--- its tx. The UPDATE takes the session row's lock, so two transactions appending to one session
--- take their turns here, and the second sees the first's last_tx.
-CREATE FUNCTION events_advance_session() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Each new event gets its tx from its session row, which it locks: two transactions appending to
+-- one session take their turns here, and the second sees the first's last_tx.
+CREATE FUNCTION events_take_tx() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    previous xid8;
 BEGIN
-    UPDATE sessions
-       SET last_seq = NEW.seq,
-           last_tx = greatest(pg_current_xact_id(), last_tx),
-           last_event_id = NEW.event_id,
-           event_count = event_count + 1,
-           updated_at = NEW.created_at,
-           turn_open = CASE
-               WHEN NEW.type IN ('tool_call', 'tool_result') THEN true
-               WHEN NEW.type NOT IN ('user_message', 'assistant_message') THEN turn_open
-               WHEN NEW.payload::jsonb ? 'supersedes' THEN turn_open
-               ELSE NEW.type = 'user_message'
-           END
-     WHERE session_id = NEW.session_id AND tenant = NEW.tenant
-    RETURNING last_tx INTO NEW.tx;
+    SELECT last_tx INTO previous FROM sessions
+     WHERE session_id = NEW.session_id AND tenant = NEW.tenant FOR UPDATE;
     IF NOT FOUND THEN
         RAISE foreign_key_violation USING MESSAGE = format(
             'event for session %s of tenant %s, which does not exist', NEW.session_id, NEW.tenant);
     END IF;
+    NEW.tx := greatest(pg_current_xact_id(), previous);
     RETURN NEW;
 END $$;
-CREATE TRIGGER events_advance_session BEFORE INSERT ON events
-    FOR EACH ROW EXECUTE FUNCTION events_advance_session();
+CREATE TRIGGER events_take_tx BEFORE INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION events_take_tx();
+
+-- The sessions' counters follow their new events inside the database, once per statement and
+-- session (not once per event: each UPDATE of an indexed column writes a new row version and an
+-- entry in every index, and a batch of 100 events paid that 100 times).
+CREATE FUNCTION events_advance_sessions() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE sessions AS s
+       SET last_seq = n.last_seq,
+           last_tx = greatest(s.last_tx, n.last_tx),
+           last_event_id = n.last_event_id,
+           event_count = s.event_count + n.added,
+           updated_at = n.updated_at,
+           -- The newest turn event decides (see projection.TURN_EVENTS): open unless it is the
+           -- assistant's reply; corrections (supersedes) do not count.
+           turn_open = coalesce(n.turn_open, s.turn_open)
+      FROM (
+          SELECT e.session_id,
+                 max(e.seq) AS last_seq,
+                 max(e.tx) AS last_tx,
+                 (array_agg(e.event_id ORDER BY e.seq DESC))[1] AS last_event_id,
+                 count(*) AS added,
+                 (array_agg(e.created_at ORDER BY e.seq DESC))[1] AS updated_at,
+                 (array_agg(e.type <> 'assistant_message' ORDER BY e.seq DESC)
+                     FILTER (WHERE e.type IN ('tool_call', 'tool_result')
+                             OR (e.type IN ('user_message', 'assistant_message')
+                                 AND NOT e.payload::jsonb ? 'supersedes')))[1] AS turn_open
+            FROM new_events AS e
+           GROUP BY e.session_id
+      ) AS n
+     WHERE s.session_id = n.session_id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER events_advance_sessions AFTER INSERT ON events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION events_advance_sessions();
 
 -- Who purged what, when, and how much: never the content. `pending` is set only inside the purge
 -- transaction: its deferred foreign key to a table that is always empty makes COMMIT fail unless
