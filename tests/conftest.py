@@ -13,7 +13,7 @@ import pytest
 from agentjournal import Journal
 from postgres_fixtures import fresh_schema, url_for
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)

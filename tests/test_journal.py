@@ -2,19 +2,23 @@
 
 Every test takes the `journal` fixture, so every backend runs the same suite. A rejected call must
 write nothing: `rejected()` compares everything the public API can see, for two tenants, before
-and after. Raw SQL against the database file (append-only triggers, purge, corrupting projections
-for verify) lives in the tests that take the `raw` fixture.
+and after. Raw SQL against the database (append-only triggers, purge, corrupting projections for
+verify) lives in the tests that take the `raw` fixture; it runs on both backends too.
 """
 
 from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from agentjournal import (
     Conflict,
@@ -33,6 +37,7 @@ from agentjournal import (
 from agentjournal.events import RESERVED_TYPES
 from agentjournal.replay import estimate_tokens
 from expected import SEED_MESSAGES, a, t, u
+from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, require_postgres, url_for
 from test_events import VALID
 
 PROMPT = "你是订单客服助手。"
@@ -117,13 +122,65 @@ def rejected(
     return caught.value
 
 
+class RawSQL:
+    """Plain SQL on a journal's database, as any other program could send it: a sqlite3
+    connection to the SQLite file, or a PostgreSQL superuser's connection to the journal's schema
+    (a superuser bypasses row-level security, which suits corrupting rows; triggers still fire).
+    Statements mark their parameters with `?` on both."""
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        self.IntegrityError: type[Exception]  # as sqlite3 connections name it
+        self._conn: Any
+        if backend == "sqlite":
+            self._conn = sqlite3.connect(url, isolation_level=None)
+            self._conn.execute("PRAGMA busy_timeout = 10000")
+            self.IntegrityError = sqlite3.IntegrityError
+        else:
+            schema = parse_qs(urlsplit(url).query)["schema"][0]
+            self._conn = psycopg.connect(ADMIN_URL, autocommit=True)
+            self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            self.IntegrityError = psycopg.IntegrityError
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement (in a transaction of its own unless `begin()` opened one)."""
+        if self.backend == "sqlite":
+            return self._conn.execute(statement, params)
+        return self._conn.execute(statement.replace("?", "%s"), params or None)
+
+    def begin(self) -> None:
+        self.execute("BEGIN IMMEDIATE" if self.backend == "sqlite" else "BEGIN")
+
+    def commit(self) -> None:
+        self.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """End the open transaction, if a failed COMMIT left one (SQLite does; PostgreSQL not)."""
+        if self.backend == "sqlite":
+            open_ = self._conn.in_transaction
+        else:
+            open_ = self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        if open_:
+            self.execute("ROLLBACK")
+
+    def columns(self, table: str) -> list[str]:
+        if self.backend == "sqlite":
+            return [row[1] for row in self.execute(f"PRAGMA table_info({table})")]
+        rows = self.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position",
+            (table,),
+        )
+        return [row[0] for row in rows]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 @pytest.fixture
-def raw(backend: str, journal: Journal, db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A plain sqlite3 connection to the journal's file, as any other program could open it."""
-    if backend != "sqlite":
-        pytest.skip("raw SQL against the SQLite file")
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 10000")
+def raw(backend: str, journal: Journal, journal_url: str) -> Iterator[RawSQL]:
+    """Plain SQL on the database of the `journal` fixture."""
+    conn = RawSQL(backend, journal_url)
     yield conn
     conn.close()
 
@@ -386,9 +443,9 @@ def test_payload_over_a_custom_limit_is_too_large(journal: Journal) -> None:
     assert journal.append(sid, "user_message", {"content": "é" * 30}).seq == 3
 
 
-def test_open_takes_max_payload_bytes(journal: Journal, db_path: Path) -> None:
+def test_open_takes_max_payload_bytes(journal: Journal, journal_url: str) -> None:
     sid = journal.create_session().session_id
-    with Journal.open(db_path, max_payload_bytes=20) as small:
+    with Journal.open(journal_url, max_payload_bytes=20) as small:
         assert small.append(sid, "user_message", {"content": "x" * 6}).seq == 2
         rejected(
             journal,
@@ -1229,9 +1286,7 @@ def test_purging_one_side_of_a_fork_leaves_the_other_whole(journal: Journal, pur
 # === append-only, enforced by the database ========================================================
 
 
-def test_update_and_delete_of_events_fail_in_the_database(
-    journal: Journal, raw: sqlite3.Connection
-) -> None:
+def test_update_and_delete_of_events_fail_in_the_database(journal: Journal, raw: RawSQL) -> None:
     sid = seed(journal)
     before = state(journal)
     for statement in (
@@ -1239,10 +1294,13 @@ def test_update_and_delete_of_events_fail_in_the_database(
         "UPDATE events SET seq = seq + 100 WHERE session_id = ?",
         "DELETE FROM events WHERE session_id = ?",
     ):
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        with pytest.raises(raw.IntegrityError, match="append-only"):
             raw.execute(statement, (sid,))
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(raw.IntegrityError, match="append-only"):
         raw.execute("DELETE FROM events")
+    if raw.backend == "postgres":
+        with pytest.raises(raw.IntegrityError, match="append-only"):
+            raw.execute("TRUNCATE events CASCADE")
     assert state(journal) == before
 
 
@@ -1256,61 +1314,68 @@ PENDING_PURGE = (
 )
 
 
-def test_a_pending_purge_row_cannot_be_committed(journal: Journal, raw: sqlite3.Connection) -> None:
+def test_a_pending_purge_row_cannot_be_committed(journal: Journal, raw: RawSQL) -> None:
     sid = seed(journal)
     before = state(journal)
-    raw.execute("PRAGMA foreign_keys = ON")
+    if raw.backend == "sqlite":
+        raw.execute("PRAGMA foreign_keys = ON")
     # Delete inside the transaction that opened the purge, but without closing it: COMMIT fails.
-    raw.execute("BEGIN IMMEDIATE")
+    raw.begin()
     raw.execute(PENDING_PURGE, purge_row(sid))
     raw.execute("DELETE FROM events WHERE session_id = ?", (sid,))
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        raw.execute("COMMIT")
-    raw.execute("ROLLBACK")
+    with pytest.raises(raw.IntegrityError, match=r"(?i)foreign key"):
+        raw.commit()
+    raw.rollback()
     # A pending row alone cannot be committed either, so a later DELETE finds none.
-    raw.execute("BEGIN IMMEDIATE")
+    raw.begin()
     raw.execute(PENDING_PURGE, purge_row(sid))
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        raw.execute("COMMIT")
-    raw.execute("ROLLBACK")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(raw.IntegrityError, match=r"(?i)foreign key"):
+        raw.commit()
+    raw.rollback()
+    with pytest.raises(raw.IntegrityError, match="append-only"):
         raw.execute("DELETE FROM events WHERE session_id = ?", (sid,))
     assert raw.execute("SELECT count(*) FROM purge_audit").fetchone() == (0,)
     assert state(journal) == before
 
 
 def test_a_connection_without_foreign_keys_cannot_open_a_purge_either(
-    journal: Journal, raw: sqlite3.Connection
+    journal: Journal, raw: RawSQL
 ) -> None:
     """sqlite3 connections start with foreign_keys off; the guard must not depend on the caller
     turning it on ("There is no flag that bypasses it")."""
+    if raw.backend != "sqlite":
+        pytest.skip("SQLite's foreign_keys PRAGMA; PostgreSQL always checks foreign keys")
     sid = seed(journal)
     before = state(journal)
     assert raw.execute("PRAGMA foreign_keys").fetchone() == (0,)
     try:
-        raw.execute("BEGIN IMMEDIATE")
+        raw.begin()
         raw.execute(PENDING_PURGE, purge_row(sid))
-        raw.execute("COMMIT")
+        raw.commit()
     except sqlite3.DatabaseError:
-        raw.execute("ROLLBACK")
+        raw.rollback()
     with pytest.raises(sqlite3.DatabaseError):
         raw.execute("DELETE FROM events WHERE session_id = ?", (sid,))
     assert state(journal) == before
 
 
-def test_purge_audit_rows_are_permanent(journal: Journal, raw: sqlite3.Connection) -> None:
+def test_purge_audit_rows_are_permanent(journal: Journal, raw: RawSQL) -> None:
     sid = seed(journal)
     journal.purge_session(sid)
-    with pytest.raises(sqlite3.IntegrityError, match="permanent"):
+    with pytest.raises(raw.IntegrityError, match="permanent"):
         raw.execute("DELETE FROM purge_audit")
-    with pytest.raises(sqlite3.IntegrityError, match="permanent"):
+    with pytest.raises(raw.IntegrityError, match="permanent"):
         raw.execute("UPDATE purge_audit SET event_count = 0")
-    with pytest.raises(sqlite3.IntegrityError, match="permanent"):
+    with pytest.raises(raw.IntegrityError, match="permanent"):
         raw.execute("UPDATE purge_audit SET pending = 1")
+    if raw.backend == "postgres":
+        with pytest.raises(raw.IntegrityError, match="permanent"):
+            raw.execute("TRUNCATE purge_audit")
+    assert raw.execute("SELECT count(*) FROM purge_audit").fetchone() == (1,)
 
 
 def test_purge_removes_every_row_and_leaves_one_audit_row(
-    journal: Journal, raw: sqlite3.Connection, db_path: Path
+    journal: Journal, raw: RawSQL, db_path: Path
 ) -> None:
     sid = seed(journal)
     journal.append(sid, "user_message", {"content": "secret-marker-7f3a"})
@@ -1321,8 +1386,7 @@ def test_purge_removes_every_row_and_leaves_one_audit_row(
     for table in ("events", "messages", "tool_calls", "sessions"):
         count = raw.execute(f"SELECT count(*) FROM {table} WHERE session_id = ?", (sid,))
         assert count.fetchone() == (0,), table
-    columns = [row[1] for row in raw.execute("PRAGMA table_info(purge_audit)")]
-    assert columns == [
+    assert raw.columns("purge_audit") == [
         "purge_id",
         "tenant",
         "session_id",
@@ -1344,10 +1408,11 @@ def test_purge_removes_every_row_and_leaves_one_audit_row(
     # Event ids are never reused.
     assert journal.append(keep, "user_message", {"content": "x"}).event_id > largest
     assert journal.verify().ok
-    # secure_delete and the checkpoint leave no copy of the content in the files.
-    for path in db_path.parent.iterdir():
-        if path.name.startswith(db_path.name):
-            assert b"secret-marker-7f3a" not in path.read_bytes(), path.name
+    if raw.backend == "sqlite":
+        # secure_delete and the checkpoint leave no copy of the content in the files.
+        for path in db_path.parent.iterdir():
+            if path.name.startswith(db_path.name):
+                assert b"secret-marker-7f3a" not in path.read_bytes(), path.name
 
 
 # === verify =======================================================================================
@@ -1369,7 +1434,7 @@ def test_verify_a_clean_journal(journal: Journal) -> None:
 
 
 def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
-    journal: Journal, raw: sqlite3.Connection
+    journal: Journal, raw: RawSQL
 ) -> None:
     sid = seed(journal)
     other = seed(journal, "untouched")
@@ -1378,10 +1443,13 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     before = (journal.get_session(sid), journal.messages(sid), journal.tool_calls(sid))
     raw.execute("UPDATE messages SET content = 'tampered' WHERE session_id = ? AND seq = 2", (sid,))
     raw.execute("DELETE FROM tool_calls WHERE session_id = ? AND call_id = 'call_1'", (sid,))
+    bogus = {"session_id": sid, "seq": 99, "role": "user", "content": "bogus", "tokens": 7}
+    if raw.backend == "postgres":
+        bogus["tenant"] = "default"  # PostgreSQL's projection rows name their tenant (RLS)
     raw.execute(
-        "INSERT INTO messages (session_id, seq, role, content, tokens, created_at)"
-        " VALUES (?, 99, 'user', 'bogus', 7, 0)",
-        (sid,),
+        f"INSERT INTO messages ({', '.join(bogus)}, created_at)"
+        f" VALUES ({', '.join('?' for _ in bogus)}, 0)",
+        tuple(bogus.values()),
     )
     raw.execute("UPDATE sessions SET last_seq = 3, title = 'renamed' WHERE session_id = ?", (sid,))
     expected = {
@@ -1413,9 +1481,7 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     assert journal.replay(other) == SEED_REPLAY
 
 
-def test_verify_catches_a_wrong_counter_and_status(
-    journal: Journal, raw: sqlite3.Connection
-) -> None:
+def test_verify_catches_a_wrong_counter_and_status(journal: Journal, raw: RawSQL) -> None:
     sid = seed(journal)
     raw.execute(
         "UPDATE sessions SET event_count = 99, prompt_tokens = 0, status = 'archived'"
@@ -1587,8 +1653,6 @@ def test_context_of_a_long_session_is_the_right_suffix(journal: Journal) -> None
         "",
         "sqlite:///:memory:",
         "file::memory:?cache=shared",
-        "postgresql://user@localhost/agent",
-        "postgres://user@localhost/agent",
     ],
 )
 def test_open_rejects_what_is_not_a_database_file(url: str) -> None:
@@ -1635,9 +1699,112 @@ def test_the_fixture_journal_runs_at_full_durability(journal: Journal, backend: 
     assert pragmas(storage._writer) == ("wal", 2, 1)
 
 
-def test_a_reopened_journal_sees_everything(journal: Journal, db_path: Path) -> None:
+def test_a_reopened_journal_sees_everything(journal: Journal, journal_url: str) -> None:
     sid = seed(journal)
-    with Journal.open(db_path) as again:
+    with Journal.open(journal_url) as again:
         assert again.replay(sid) == SEED_REPLAY
         assert again.events(sid) == journal.events(sid)
         assert again.verify().ok
+
+
+# === open: PostgreSQL =============================================================================
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"schema": "Bad"},
+        {"schema": "1st"},
+        {"schema": "a-b"},
+        {"schema": ""},
+        {"schema": "aj_ok", "pooler": "x"},
+        {"schema": "aj_ok", "pool_size": "0"},
+        {"schema": "aj_ok", "pool_size": "1001"},
+        {"schema": "aj_ok", "pool_size": "many"},
+    ],
+)
+def test_open_rejects_bad_postgres_options(options: dict[str, str]) -> None:
+    schema = options.pop("schema")
+    with pytest.raises(InvalidArgument):
+        Journal.open(url_for(schema, **options))
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        (f"postgresql://aj_no_such_role@{HOST}?schema=aj_never", 'role "aj_no_such_role"'),
+        (f"postgresql://{ROLE}@{HOST.split('/')[0]}/aj_no_such_db", 'database "aj_no_such_db"'),
+    ],
+)
+def test_open_reports_the_servers_refusal(url: str, words: str) -> None:
+    require_postgres()
+    with pytest.raises(StorageError, match=f"{words} does not exist"):
+        Journal.open(url)
+
+
+def test_open_reports_an_unreachable_server() -> None:
+    with pytest.raises(StorageError, match="port 1 failed"):
+        Journal.open(f"postgresql://{ROLE}@127.0.0.1:1/test?schema=aj_never")
+
+
+def schema_versions(schema: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(ADMIN_URL) as conn:
+        query = sql.SQL("SELECT version FROM {}.agentjournal_schema ORDER BY version")
+        return conn.execute(query.format(sql.Identifier(schema))).fetchall()
+
+
+def test_reopening_a_migrated_schema_migrates_nothing() -> None:
+    with fresh_schema() as schema:
+        with Journal.open(url_for(schema)) as journal:
+            sid = seed(journal)
+        versions = schema_versions(schema)
+        assert versions == [(n,) for n in range(1, len(versions) + 1)]
+        with Journal.open(url_for(schema, pooler="transaction", pool_size="2")) as again:
+            assert again.replay(sid) == SEED_REPLAY
+            assert again.verify().ok
+        assert schema_versions(schema) == versions
+
+
+def test_instances_opening_a_new_schema_together_migrate_it_once() -> None:
+    with fresh_schema() as schema:
+        barrier = threading.Barrier(4)
+        opened: list[Journal] = []
+        errors: list[BaseException] = []
+
+        def open_() -> None:
+            try:
+                barrier.wait(30)
+                opened.append(Journal.open(url_for(schema)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        try:
+            assert errors == []
+            assert len(opened) == 4
+            sid = seed(opened[0])
+            assert all(j.replay(sid) == SEED_REPLAY for j in opened)
+        finally:
+            for journal in opened:
+                journal.close()
+        versions = schema_versions(schema)
+        assert versions == [(n,) for n in range(1, len(versions) + 1)]
+
+
+def test_open_refuses_a_schema_newer_than_it_knows() -> None:
+    with fresh_schema() as schema:
+        Journal.open(url_for(schema)).close()
+        known = len(schema_versions(schema))
+        with psycopg.connect(ADMIN_URL) as conn:
+            insert = sql.SQL("INSERT INTO {}.agentjournal_schema (version) VALUES (%s)")
+            conn.execute(insert.format(sql.Identifier(schema)), (known + 1,))
+        with pytest.raises(StorageError, match=f"schema version {known + 1}, newer"):
+            Journal.open(url_for(schema))
+        # The refusal changed nothing: the next open refuses alike.
+        assert schema_versions(schema)[-1] == (known + 1,)
+        with pytest.raises(StorageError, match="upgrade agentjournal"):
+            Journal.open(url_for(schema))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
+from contextlib import closing
 
 import pytest
 
 from agentjournal import InvalidArgument, Journal
 from agentjournal.keys import KEY_PREFIX, ApiKeys
+from test_journal import RawSQL
 
 
 def test_a_key_authenticates_its_tenant_and_nothing_else(journal: Journal) -> None:
@@ -23,10 +23,12 @@ def test_a_key_authenticates_its_tenant_and_nothing_else(journal: Journal) -> No
         assert keys.tenant_of(bad) is None
 
 
-def test_only_a_hash_of_the_secret_is_stored(journal: Journal, db_path: Path) -> None:
+def test_only_a_hash_of_the_secret_is_stored(
+    journal: Journal, backend: str, journal_url: str
+) -> None:
     _, key = ApiKeys(journal.storage).create("acme")
     secret = key.rsplit("_", 1)[1]
-    with sqlite3.connect(db_path) as raw:
+    with closing(RawSQL(backend, journal_url)) as raw:
         stored = raw.execute("SELECT * FROM api_keys").fetchall()
     assert len(stored) == 1
     assert all(secret not in str(value) for value in stored[0])

@@ -1,21 +1,22 @@
 """The model-based test: random histories, applied to a real journal and to a reference.
 
 Each step sends one request (an append, a batch, a retry, a compaction, a fork, a delete, a task
-verb...) to a `Journal` on a fresh SQLite file and to `reference_journal.Reference`, which is
-written from DESIGN.md and imports nothing from agentjournal. Both must answer alike: the same error
-class, or the same events. After every step the session's events, transcript, tool calls, session
-row (`turn_open` included) and replay (whole, and as of a seq) must agree, the session list and
-`open_turns()` must be in the same order, and the task board must match (queue order, status,
-progress, attempt, retries, output, error, lease owner). Every tenth step `verify()` must find
-nothing; a second tenant's tasks are never seen, claimed or changed.
+verb...) to a fresh `Journal` (a new SQLite file, or a new PostgreSQL schema: the test runs once per
+backend) and to `reference_journal.Reference`, which is written from DESIGN.md and imports nothing
+from agentjournal. Both must answer alike: the same error class, or the same events. After every
+step the session's events, transcript, tool calls, session row (`turn_open` included) and replay
+(whole, and as of a seq) must agree, the session list and `open_turns()` must be in the same order,
+and the task board must match (queue order, status, progress, attempt, retries, output, error, lease
+owner). Every tenth step `verify()` must find nothing; a second tenant's tasks are never seen,
+claimed or changed.
 
 Task ids are the journal's own; the reference numbers its tasks t1, t2... in creation order and the
 test maps one onto the other (`task_ids`), in events too. Leases last an hour (`LEASE`), so no
 lease expires during a run: no clock decides anything here. `lease_expires_at` is the one field not
 compared (it is a clock value); the test checks it is set exactly while a task runs.
 
-`CI=1` runs 500 examples; otherwise 100. Histories that matter but that random ones reach too
-rarely are spelled out at the end of the file and run through the same machine.
+`CI=1` runs 500 examples per backend; otherwise 100. Histories that matter but that random ones
+reach too rarely are spelled out at the end of the file and run through the same machine.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,9 +34,17 @@ import hypothesis
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from agentjournal import Journal, NewEvent, Task
+from postgres_fixtures import fresh_schema, require_postgres, url_for
 from reference_journal import (
     OPEN,
     ROLES,
@@ -154,10 +164,23 @@ def view(
 
 
 class JournalMachine(RuleBasedStateMachine):
+    backend = "sqlite"  # PostgresJournalMachine below runs the same machine on PostgreSQL
+
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = tempfile.mkdtemp(prefix="agentjournal-model-")
-        self.journal = Journal.open(Path(self.tmp) / "journal.db", max_payload_bytes=LIMIT)
+        self.cleanup = ExitStack()  # the journal, then its file or schema
+        try:
+            if self.backend == "sqlite":
+                tmp = tempfile.mkdtemp(prefix="agentjournal-model-")
+                self.cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+                target = str(Path(tmp) / "journal.db")
+            else:
+                target = url_for(self.cleanup.enter_context(fresh_schema("model")))
+            self.journal = Journal.open(target, max_payload_bytes=LIMIT)
+            self.cleanup.callback(self.journal.close)
+        except BaseException:
+            self.cleanup.close()
+            raise
         self.ref = Reference(limit=LIMIT)
         self.ids: list[str] = []
         self.sent: list[tuple[str, list[tuple[Any, Any, Any]], Any]] = []  # keyed requests
@@ -173,8 +196,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.foreign: list[str] = []  # tasks of tenant "other": never this journal's
 
     def teardown(self) -> None:
-        self.journal.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.cleanup.close()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -197,7 +219,8 @@ class JournalMachine(RuleBasedStateMachine):
         """Record ids of events the journal returned: new ones are new, retries are the same."""
         for event in events:
             where = (event.session_id, event.seq)
-            assert event.position == str(event.event_id)
+            if self.backend == "sqlite":
+                assert event.position == str(event.event_id)
             if created:
                 assert event.event_id > self.newest_id, "event ids grow in commit order"
                 self.newest_id = event.event_id
@@ -950,6 +973,9 @@ class JournalMachine(RuleBasedStateMachine):
             assert len(feed) == sum(s.last_seq for s in self.ref.sessions.values())
             ids = [e.event_id for e in feed]
             assert ids == sorted(set(ids)), "the global feed is in commit order, no repeats"
+            middle = len(feed) // 2
+            resumed = self.journal.events_all(after=feed[middle].position, limit=EVERYTHING)
+            assert resumed == feed[middle + 1 :], "a position resumes the feed just after it"
             foreign = self.other.tasks(limit=EVERYTHING)
             assert [(t.task_id, t.status, t.attempt) for t in foreign] == [
                 (task_id, "pending", 0) for task_id in self.foreign
@@ -1020,23 +1046,46 @@ class JournalMachine(RuleBasedStateMachine):
         assert [view(e, self.task_ids) for e in page] == [view(e) for e in expected_page]
 
 
-JournalMachine.TestCase.settings = settings(
-    max_examples=500 if os.environ.get("CI") else 100,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-TestJournalModel = JournalMachine.TestCase
+class PostgresJournalMachine(JournalMachine):
+    backend = "postgres"  # a fresh schema per example
+
+
+MACHINES: dict[str, type[JournalMachine]] = {
+    "sqlite": JournalMachine,
+    "postgres": PostgresJournalMachine,
+}
+
+
+def test_journal_model(backend: str) -> None:
+    if backend == "postgres":
+        require_postgres()
+    run_state_machine_as_test(
+        MACHINES[backend],
+        settings=settings(
+            max_examples=500 if os.environ.get("CI") else 100,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
 
 
 # Histories that the random ones reach too rarely for CI's fixed sample, spelled out and checked by
 # the same machine (inside a one-example Hypothesis test, which its statistics need).
 
 
-@settings(max_examples=1, database=None, deadline=None)
+# `backend` is a fixed string for the whole test, so sharing it between examples is harmless.
+@settings(
+    max_examples=1,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.none())
-def test_a_retried_delete_after_an_undelete_writes_nothing(nothing: None) -> None:
-    machine = JournalMachine()
+def test_a_retried_delete_after_an_undelete_writes_nothing(backend: str, nothing: None) -> None:
+    if backend == "postgres":
+        require_postgres()
+    machine = MACHINES[backend]()
     try:
         machine.create("s0", "chat", None, None, None)
         machine.journal_matches_reference()

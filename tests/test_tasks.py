@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from agentjournal import (
 )
 from agentjournal.tasks import new_task_id
 from expected import all_events
+from test_journal import RawSQL
 
 WAIT = 30.0  # bound on every wait; never an expected duration
 LEASE = 600.0  # a lease that cannot expire while a test runs
@@ -125,10 +125,9 @@ def task_events(journal: Journal, session_id: str) -> list[tuple[str, dict[str, 
 
 
 @pytest.fixture
-def raw(journal: Journal, db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A plain sqlite3 connection to the journal's file, as any other program could open it."""
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 10000")
+def raw(backend: str, journal: Journal, journal_url: str) -> Iterator[RawSQL]:
+    """Plain SQL on the journal's database, as any other program could send it."""
+    conn = RawSQL(backend, journal_url)
     yield conn
     conn.close()
 
@@ -973,7 +972,7 @@ def test_fork_copies_task_events_but_creates_no_tasks(journal: Journal) -> None:
 
 
 def test_verify_finds_a_corrupted_task_row_and_rebuild_repairs_it(
-    journal: Journal, raw: sqlite3.Connection
+    journal: Journal, raw: RawSQL
 ) -> None:
     sid = new_session(journal)
     task = journal.create_task(sid, "job")
@@ -992,9 +991,7 @@ def test_verify_finds_a_corrupted_task_row_and_rebuild_repairs_it(
     assert journal.verify().ok
 
 
-def test_verify_finds_a_missing_and_an_extra_task_row(
-    journal: Journal, raw: sqlite3.Connection
-) -> None:
+def test_verify_finds_a_missing_and_an_extra_task_row(journal: Journal, raw: RawSQL) -> None:
     sid = new_session(journal)
     task = journal.create_task(sid, "job", {"x": 1})
     claimed = claim(journal, lease_seconds=LEASE)
@@ -1046,8 +1043,8 @@ CLAIMER = """
 import json, sys
 from agentjournal import Journal
 
-path, worker = sys.argv[1], sys.argv[2]
-with Journal.open(path) as journal:
+url, worker = sys.argv[1], sys.argv[2]
+with Journal.open(url) as journal:
     print("ready", flush=True)
     sys.stdin.readline()
     claimed = []
@@ -1058,7 +1055,7 @@ with Journal.open(path) as journal:
 
 
 def test_processes_racing_never_claim_one_task_twice(
-    journal: Journal, db_path: Path, tmp_path: Path
+    journal: Journal, journal_url: str, tmp_path: Path
 ) -> None:
     script = tmp_path / "claimer.py"
     script.write_text(CLAIMER, encoding="utf-8")
@@ -1066,7 +1063,7 @@ def test_processes_racing_never_claim_one_task_twice(
     created = {journal.create_task(sid, "job", {"n": n}).task_id for n in range(150)}
     children = [
         subprocess.Popen(
-            [sys.executable, str(script), str(db_path), f"proc{n}"],
+            [sys.executable, str(script), journal_url, f"proc{n}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -1303,7 +1300,7 @@ def test_tenants_never_see_each_others_tasks(journal: Journal) -> None:
 # === AsyncJournal =================================================================================
 
 
-def test_async_task_round_trip(db_path: Path) -> None:
+def test_async_task_round_trip(journal_url: str) -> None:
     async def body(aj: AsyncJournal) -> None:
         sid = (await aj.create_session("async")).session_id
         task, created = await aj.create_task_ex(sid, "job", {"n": 1}, idempotency_key="k")
@@ -1337,11 +1334,11 @@ def test_async_task_round_trip(db_path: Path) -> None:
         assert (await aj.verify()).ok
 
     async def main() -> None:
-        async with await AsyncJournal.open(db_path) as aj:
+        async with await AsyncJournal.open(journal_url) as aj:
             await asyncio.wait_for(body(aj), WAIT)
 
     asyncio.run(main())
-    with Journal.open(db_path) as journal:
+    with Journal.open(journal_url) as journal:
         assert [e.type for e in all_events(journal) if e.type.startswith("task_")] == [
             "task_created",
             "task_created",
