@@ -21,14 +21,15 @@ reach too rarely are spelled out at the end of the file and run through the same
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import hypothesis
 import pytest
@@ -44,7 +45,7 @@ from hypothesis.stateful import (
 )
 
 from agentjournal import Journal, NewEvent, Task
-from postgres_fixtures import fresh_schema, require_postgres, url_for
+from postgres_fixtures import fresh_schema, url_for
 from reference_journal import (
     OPEN,
     ROLES,
@@ -168,16 +169,22 @@ class JournalMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cleanup = ExitStack()  # the journal, then its file or schema
+        self.cleanup = ExitStack()  # the journal, then its file
+        self.prefix = ""  # of the session ids the machine chooses
         try:
             if self.backend == "sqlite":
                 tmp = tempfile.mkdtemp(prefix="agentjournal-model-")
                 self.cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
-                target = str(Path(tmp) / "journal.db")
+                self.journal = Journal.open(str(Path(tmp) / "journal.db"), max_payload_bytes=LIMIT)
+                self.cleanup.callback(self.journal.close)
             else:
-                target = url_for(self.cleanup.enter_context(fresh_schema("model")))
-            self.journal = Journal.open(target, max_payload_bytes=LIMIT)
-            self.cleanup.callback(self.journal.close)
+                # One schema for the run, a fresh tenant per example: as isolated for every verb
+                # the machine sends (all are per tenant), without a schema's DDL per example.
+                shared = PostgresJournalMachine.shared
+                assert shared is not None, "open it with the shared_postgres fixture"
+                example = next(PostgresJournalMachine.examples)
+                self.journal = shared.for_tenant(f"model{example}")
+                self.prefix = f"m{example}."  # session ids are unique across tenants
         except BaseException:
             self.cleanup.close()
             raise
@@ -192,7 +199,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.real_task_ids: dict[str, str] = {}  # and back
         self.task_requests: list[dict[str, Any]] = []  # keyed create_task requests, to retry
         self.updates: list[tuple[str, str | None, str | None, str]] = []  # keyed, to repeat
-        self.other = self.journal.for_tenant("other")
+        self.other = self.journal.for_tenant(self.journal.tenant + "-other")
         self.foreign: list[str] = []  # tasks of tenant "other": never this journal's
 
     def teardown(self) -> None:
@@ -389,13 +396,13 @@ class JournalMachine(RuleBasedStateMachine):
     def first_session(self, data: st.DataObject, prompt: str | None, title: str, size: int) -> None:
         """s0, with a few tasks queued (a small tree: a sub-task names any earlier one), so that
         workers, cancellations and their cascades have something to work on from the start."""
-        self.create("s0", title, prompt, None, None)
+        self.create(self.prefix + "s0", title, prompt, None, None)
         for _ in range(size):
             earlier = list(self.ref.tasks)
             parents = [None, *earlier, *earlier[-1:] * 2]  # the newest twice: deeper trees
             parent = data.draw(st.sampled_from(parents), "parent")
             request = {
-                "session_id": "s0",
+                "session_id": self.prefix + "s0",
                 "type": data.draw(st.sampled_from(TASK_KINDS), "type"),
                 "input": None,
                 "parent": None if parent is None else self.real_task_ids[parent],
@@ -435,7 +442,7 @@ class JournalMachine(RuleBasedStateMachine):
     def create_session(
         self, data: st.DataObject, title: str, prompt: str | None, model: str | None, key: Any
     ) -> None:
-        fresh = f"s{len(self.ids)}"
+        fresh = f"{self.prefix}s{len(self.ids)}"
         session_id = data.draw(st.sampled_from([fresh, fresh, "bad id!", *self.ids]), "id")
         self.create(session_id, title, prompt, model, key)
 
@@ -743,8 +750,8 @@ class JournalMachine(RuleBasedStateMachine):
     def foreign_task(self, type_: str) -> None:
         """A task of tenant "other": this journal must never see, claim or change it."""
         if not self.foreign:
-            self.other.create_session("elsewhere", session_id="x-other")
-        self.foreign.append(self.other.create_task("x-other", type_).task_id)
+            self.other.create_session("elsewhere", session_id=self.prefix + "x-other")
+        self.foreign.append(self.other.create_task(self.prefix + "x-other", type_).task_id)
 
     def send_task(self, request: dict[str, Any], label: str) -> None:
         """`create_task_ex` and the reference's `create_task`, with the reference's ids."""
@@ -812,7 +819,9 @@ class JournalMachine(RuleBasedStateMachine):
             return
         session_id = self.pick(data)
         if where == "nobody":
-            session_id = data.draw(st.sampled_from(["nobody", "x-other"]), "missing session")
+            session_id = data.draw(
+                st.sampled_from(["nobody", self.prefix + "x-other"]), "missing session"
+            )
         if parent == "foreign":
             parent = self.foreign[0] if self.foreign else NO_SUCH_TASK
         self.send_task(self.task_request(data, session_id, parent, max_retries), "create_task")
@@ -1047,7 +1056,23 @@ class JournalMachine(RuleBasedStateMachine):
 
 
 class PostgresJournalMachine(JournalMachine):
-    backend = "postgres"  # a fresh schema per example
+    backend = "postgres"
+    shared: ClassVar[Journal | None] = None  # set by the `shared_postgres` fixture
+    examples: ClassVar[Iterator[int]] = itertools.count()
+
+
+@pytest.fixture
+def shared_postgres() -> Iterator[None]:
+    """One fresh schema and journal for a PostgreSQL run of the machine, dropped after it."""
+    with (
+        fresh_schema("model") as schema,
+        Journal.open(url_for(schema), max_payload_bytes=LIMIT) as journal,
+    ):
+        PostgresJournalMachine.shared = journal
+        try:
+            yield
+        finally:
+            PostgresJournalMachine.shared = None
 
 
 MACHINES: dict[str, type[JournalMachine]] = {
@@ -1056,9 +1081,9 @@ MACHINES: dict[str, type[JournalMachine]] = {
 }
 
 
-def test_journal_model(backend: str) -> None:
+def test_journal_model(backend: str, request: pytest.FixtureRequest) -> None:
     if backend == "postgres":
-        require_postgres()
+        request.getfixturevalue("shared_postgres")
     run_state_machine_as_test(
         MACHINES[backend],
         settings=settings(
@@ -1082,21 +1107,24 @@ def test_journal_model(backend: str) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.none())
-def test_a_retried_delete_after_an_undelete_writes_nothing(backend: str, nothing: None) -> None:
+def test_a_retried_delete_after_an_undelete_writes_nothing(
+    backend: str, request: pytest.FixtureRequest, nothing: None
+) -> None:
     if backend == "postgres":
-        require_postgres()
+        request.getfixturevalue("shared_postgres")
     machine = MACHINES[backend]()
     try:
-        machine.create("s0", "chat", None, None, None)
+        s0 = machine.prefix + "s0"
+        machine.create(s0, "chat", None, None, None)
         machine.journal_matches_reference()
-        machine.send_update("s0", None, "deleted", "k1", "delete")
+        machine.send_update(s0, None, "deleted", "k1", "delete")
         machine.journal_matches_reference()
-        machine.send_update("s0", None, "active", None, "undelete")
+        machine.send_update(s0, None, "active", None, "undelete")
         machine.journal_matches_reference()
-        task = {"session_id": "s0", "type": "report", "input": None, "parent": None}
+        task = {"session_id": s0, "type": "report", "input": None, "parent": None}
         machine.send_task({**task, "max_retries": 3, "key": None}, "create_task")
         machine.journal_matches_reference()
-        machine.send_update("s0", None, "deleted", "k1", "the client's retry of the delete")
+        machine.send_update(s0, None, "deleted", "k1", "the client's retry of the delete")
         machine.journal_matches_reference()
     finally:
         machine.teardown()
