@@ -3,9 +3,14 @@ the figures themselves are measured by `make bench`, never asserted in tests).""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import psycopg
+
+from postgres_fixtures import ADMIN_URL, require_postgres
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "journal_bench.py"
 
@@ -105,3 +110,42 @@ def test_recover_bench_runs_small_and_checks_what_it_times(tmp_path: Path) -> No
     for row in ("recover() (journal already open)", "Journal.open() + recover()", "naive"):
         assert row in done.stdout, done.stdout
     assert "put 50 expired tasks back to pending" in done.stdout
+
+
+def test_postgres_bench_runs_tiny_and_drops_its_schema() -> None:
+    """bench/postgres_bench.py with a handful of events: it prints its table with a number in every
+    cell (the speed itself is not asserted), and the schema it created is gone afterwards."""
+    require_postgres()
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH.parent / "postgres_bench.py"),
+            *("--url", ADMIN_URL, "--events", "32", "--repeat", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    header = ["scenario", "sqlite journal ev/s", "pg raw ev/s", "pg journal ev/s"]
+    for column in [*header, "pg journal / pg raw"]:
+        assert column in out, f"{column!r} missing from:\n{out}"
+    for scenario in ("one writer", "16 writers", "append_many(100)"):
+        row = next((line for line in out.splitlines() if f" {scenario} " in line), None)
+        assert row is not None, f"no row for {scenario!r} in:\n{out}"
+        cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+        assert cells[0] == scenario, row
+        rates = [float(cell.replace(",", "")) for cell in cells[1:4]]
+        assert all(rate > 0 for rate in rates), row
+        ratio = float(cells[4])  # one repetition: pg journal / pg raw of that run, rounded
+        assert abs(ratio - rates[2] / rates[1]) <= 0.01 + 0.02 * ratio, row
+    assert "shared cores" in out  # the machine caveat
+    schema = re.search(r"schema (aj_bench_[0-9a-f]+)", out)
+    assert schema is not None, out
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema.group(1),)
+        ).fetchone()
+    assert left is None, f"{schema.group(1)} was not dropped"
