@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agentjournal import Event, Journal
@@ -48,3 +49,18 @@ def all_events(journal: Journal) -> list[Event]:
         events += page
         cursor = page[-1].position
     return events
+
+
+def settled_feed(journal: Journal, wait: float = 30.0) -> list[Event]:
+    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
+    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
+    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
+    moment. Bounded by `wait` seconds: an event that never shows up fails the test."""
+    deadline = time.monotonic() + wait
+    while True:
+        events = all_events(journal)
+        stored = journal.verify().events_checked
+        if stored == len(events):
+            return events
+        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
+        time.sleep(0.02)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -24,7 +23,7 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
-from expected import all_events
+from expected import settled_feed
 
 WAIT = 30.0
 NO_POLL = 2 * WAIT  # longer than any wait: live events must arrive by wake-up, not by polling
@@ -41,21 +40,6 @@ def run(url: str, body: Callable[[AsyncJournal], Coroutine[Any, Any, T]]) -> T:
             return await asyncio.wait_for(body(journal), WAIT)
 
     return asyncio.run(main())
-
-
-def settled_feed(journal: Journal) -> list[Event]:
-    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
-    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
-    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
-    moment. Bounded by WAIT: an event that never shows up fails the test."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        events = all_events(journal)
-        stored = journal.verify().events_checked
-        if stored == len(events):
-            return events
-        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
-        time.sleep(0.02)
 
 
 def test_verbs_match_the_sync_journal(journal_url: str) -> None:

@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "backends.sqlite": {
         "backends",
         "backends.group_commit",
+        "backends.projection_rows",
         "backends.turn_holds",
         "backends.sqlite_rows",
         "backends.sqlite_write",
@@ -48,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "backends.postgres": {
         "backends",
         "backends.group_commit",
+        "backends.projection_rows",
         "backends.turn_holds",
         "backends.postgres_rows",
         "backends.postgres_write",

@@ -28,7 +28,7 @@ from agentjournal import (
     UnknownToolCall,
 )
 from agentjournal.backends.postgres_rows import decode_position
-from expected import all_events
+from expected import settled_feed
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
@@ -82,21 +82,6 @@ def check_journal(journal: Journal, acknowledged: list[Event]) -> list[Event]:
     assert report.ok, report.to_dict()
     assert report.events_checked == len(events)
     return events
-
-
-def settled_feed(journal: Journal) -> list[Event]:
-    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
-    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
-    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
-    moment. Bounded by WAIT: an event that never shows up fails the test."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        events = all_events(journal)
-        stored = journal.verify().events_checked
-        if stored == len(events):
-            return events
-        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
-        time.sleep(0.02)
 
 
 def batch(tag: str) -> list[dict[str, Any]]:

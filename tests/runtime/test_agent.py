@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -35,7 +34,7 @@ from agentjournal.runtime import (
     Tool,
 )
 from agentjournal.runtime.agent import ERROR_PREFIX
-from expected import a, all_events, t, u
+from expected import a, settled_feed, t, u
 
 WAIT = 30.0  # seconds any wait may take before the test fails instead of hanging
 USAGE_1 = {"prompt_tokens": 11, "completion_tokens": 7}
@@ -107,21 +106,6 @@ def summary(events: Sequence[Event]) -> list[tuple[str, dict[str, Any]]]:
 
 def session_events(journal: Journal, session_id: str) -> list[Event]:
     return journal.events(session_id, limit=1000)
-
-
-def settled_feed(journal: Journal) -> list[Event]:
-    """The tenant's whole feed, once it shows every stored event (`verify()` counts them). On
-    PostgreSQL the feed shows a commit only when every older transaction in the cluster has ended
-    (docs/postgres.md): right after a write, another client's transaction can hold it back for a
-    moment. Bounded by WAIT: an event that never shows up fails the test."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        events = all_events(journal)
-        stored = journal.verify().events_checked
-        if stored == len(events):
-            return events
-        assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
-        time.sleep(0.02)
 
 
 @contextmanager

@@ -37,9 +37,9 @@ from agentjournal.backends.postgres_rows import (
     decode_position,
     event_from_row,
     session_from_row,
-    task_from_row,
 )
 from agentjournal.backends.postgres_write import CommitUnknown, Control
+from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
 from agentjournal.events import Event

@@ -13,7 +13,7 @@ from typing import Any, Final
 from agentjournal.backends.projection_rows import TASK_COLUMN_NAMES
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
-from agentjournal.projection import Session, Task
+from agentjournal.projection import Session
 
 EVENT_COLUMNS: Final = (
     "event_id, tx::text, session_id, seq, type, payload, idempotency_key, created_at"
@@ -71,10 +71,3 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
     values[6] = json.loads(values[6])
     values[10:12] = [encode_position(int(values[10]), values[11])]
     return Session(*values)
-
-
-def task_from_row(row: tuple[Any, ...]) -> Task:
-    values = list(row)
-    values[4] = _decode(values[4])[0]
-    values[9] = _decode(values[9])[0]
-    return Task(*values)

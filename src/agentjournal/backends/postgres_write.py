@@ -23,13 +23,13 @@ from agentjournal.backends.postgres_rows import (
     decode_position,
     encode_position,
     event_from_row,
-    task_from_row,
 )
 from agentjournal.backends.projection_rows import (
     SESSION_FIELDS,
     TASK_COLUMN_NAMES,
     encode_session_fields,
     projection_rows,
+    task_from_row,
     task_values,
 )
 from agentjournal.errors import StorageError

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from agentjournal.backends import ApiKeyRow, WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
+from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -30,7 +31,6 @@ from agentjournal.backends.sqlite_rows import (
     event_from_row,
     position_number,
     session_from_row,
-    task_from_row,
 )
 from agentjournal.backends.sqlite_write import Control
 from agentjournal.backends.turn_holds import TurnHolds

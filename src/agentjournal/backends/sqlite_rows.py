@@ -8,7 +8,7 @@ from typing import Any, Final
 from agentjournal.backends.projection_rows import TASK_COLUMN_NAMES
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
-from agentjournal.projection import Session, Task
+from agentjournal.projection import Session
 
 EVENT_COLUMNS: Final = "event_id, session_id, seq, type, payload, idempotency_key, created_at"
 SESSION_COLUMNS: Final = (
@@ -42,13 +42,6 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
     values[10] = str(values[10])
     values[16] = bool(values[16])
     return Session(*values)
-
-
-def task_from_row(row: tuple[Any, ...]) -> Task:
-    values = list(row)
-    values[4] = _decode(values[4])[0]
-    values[9] = _decode(values[9])[0]
-    return Task(*values)
 
 
 def position_number(value: str | None) -> int:

@@ -14,6 +14,7 @@ from agentjournal.backends.projection_rows import (
     TASK_COLUMN_NAMES,
     encode_session_fields,
     projection_rows,
+    task_from_row,
     task_values,
 )
 from agentjournal.backends.sqlite_rows import (
@@ -23,7 +24,6 @@ from agentjournal.backends.sqlite_rows import (
     TOOL_CALL_COLUMNS,
     event_from_row,
     position_number,
-    task_from_row,
 )
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
