@@ -101,6 +101,7 @@ class Control:
     def commit(self) -> None:
         conn = self._conn()
         if conn.broken:
+            self._end()  # back to the pool, which discards it
             raise psycopg.OperationalError("the connection broke before COMMIT: nothing written")
         statement: sql.SQL | sql.Composed = sql.SQL("COMMIT")
         if self.tx.last_position:
