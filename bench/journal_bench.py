@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -641,20 +642,19 @@ def fsync_latencies(directory: Path, count: int = 40) -> list[float]:
     return samples
 
 
-def _threads(work: Sequence[tuple[Append, str, Sequence[Spec]]]) -> float:
-    """`_append_each` once per item, each in its own thread, released together; the wall time
-    until all of them returned."""
-    barrier = threading.Barrier(len(work) + 1)
+def in_threads(works: Sequence[Callable[[], object]]) -> float:
+    """Each work in its own thread, released together; the wall time until all returned."""
+    barrier = threading.Barrier(len(works) + 1)
     errors: list[BaseException] = []
 
-    def run(append: Append, session_id: str, specs: Sequence[Spec]) -> None:
+    def run(work: Callable[[], object]) -> None:
         barrier.wait()
         try:
-            _append_each(append, session_id, specs)
+            work()
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=item) for item in work]
+    threads = [threading.Thread(target=run, args=(work,)) for work in works]
     for thread in threads:
         thread.start()
     barrier.wait()
@@ -665,6 +665,11 @@ def _threads(work: Sequence[tuple[Append, str, Sequence[Spec]]]) -> float:
     if errors:
         raise errors[0]
     return elapsed
+
+
+def _threads(work: Sequence[tuple[Append, str, Sequence[Spec]]]) -> float:
+    """`_append_each` once per item, each in its own thread, released together."""
+    return in_threads([partial(_append_each, *item) for item in work])
 
 
 def _file_bytes(path: Path) -> int:

@@ -36,7 +36,6 @@ import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,7 +49,14 @@ from rich.console import Console
 from rich.table import Table
 
 from agentjournal import Journal
-from journal_bench import Spec, compact_json, new_events, source_fingerprint, user_message
+from journal_bench import (
+    Spec,
+    compact_json,
+    in_threads,
+    new_events,
+    source_fingerprint,
+    user_message,
+)
 
 DEFAULT_URL = "postgresql://127.0.0.1:5432/test"
 WRITERS = 16
@@ -174,31 +180,6 @@ def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def in_threads(works: Sequence[Callable[[], object]]) -> float:
-    """Each work in its own thread, released together; the wall time until all returned."""
-    barrier = threading.Barrier(len(works) + 1)
-    errors: list[BaseException] = []
-
-    def run(work: Callable[[], object]) -> None:
-        barrier.wait()
-        try:
-            work()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(work,)) for work in works]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return elapsed
 
 
 class Bench:
