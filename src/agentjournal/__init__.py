@@ -1,13 +1,15 @@
 """agentjournal: durable memory for AI agents.
 
-Each session is an append-only journal of events in SQLite; every other table is a projection
-written in the same transaction. Open one with `Journal.open("agent.db")` (or `AsyncJournal`).
+Each session is an append-only journal of events in SQLite or PostgreSQL; every other table is a
+projection written in the same transaction. Open one with `Journal.open("agent.db")` (or
+`AsyncJournal`).
 """
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import (
     Conflict,
     ContextTooLarge,
+    CorruptLine,
     InvalidArgument,
     InvalidEvent,
     JournalError,
@@ -29,6 +31,7 @@ __all__ = [
     "AsyncJournal",
     "Conflict",
     "ContextTooLarge",
+    "CorruptLine",
     "Difference",
     "Event",
     "InvalidArgument",

@@ -4,7 +4,8 @@
     ├── SessionNotFound      (LookupError)  no such session for this tenant         HTTP 404
     ├── TaskNotFound         (LookupError)  no such task for this tenant            HTTP 404
     ├── InvalidArgument      (ValueError)   a bad argument: limit, cursor, id, url  HTTP 422
-    │   └── InvalidEvent                    wrong event type or payload shape       HTTP 422
+    │   ├── InvalidEvent                    wrong event type or payload shape       HTTP 422
+    │   └── CorruptLine                     an import line that cannot be a journal's
     ├── PayloadTooLarge      (ValueError)   payload over the configured limit       HTTP 413
     ├── Conflict                            expected_seq, idempotency, reused ids   HTTP 409
     ├── UnknownToolCall      (LookupError)  tool_result for no open tool_call       HTTP 409
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "Conflict",
     "ContextTooLarge",
+    "CorruptLine",
     "InvalidArgument",
     "InvalidEvent",
     "JournalError",
@@ -61,6 +63,16 @@ class InvalidArgument(JournalError, ValueError):
 
 class InvalidEvent(InvalidArgument):
     """An event's type or payload does not have the shape DESIGN.md gives it."""
+
+
+class CorruptLine(InvalidArgument):
+    """A line of a JSON Lines import is not valid JSON, not an event, or breaks its session's
+    order or rules. The import it belongs to wrote nothing."""
+
+    def __init__(self, line: int, detail: str) -> None:
+        super().__init__(f"line {line}: {detail}")
+        self.line = line
+        self.detail = detail
 
 
 class PayloadTooLarge(JournalError, ValueError):

@@ -139,6 +139,9 @@ class Storage(Protocol):
 
     def session_ids(self, tenant: str) -> list[str]: ...
 
+    def tenants(self) -> list[str]:
+        """Every tenant that has a session (operations across tenants: verify, backup checks)."""
+
     def events(
         self,
         tenant: str,

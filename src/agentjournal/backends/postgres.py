@@ -412,6 +412,10 @@ class PostgresStorage:
         )
         return [row[0] for row in rows]
 
+    def tenants(self) -> list[str]:
+        rows = self._read(None, "SELECT DISTINCT tenant FROM sessions ORDER BY tenant", ())
+        return [row[0] for row in rows]
+
     def events(
         self,
         tenant: str,

@@ -32,6 +32,7 @@ from agentjournal.backends.sqlite_rows import (
     position_number,
     session_from_row,
 )
+from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
 from agentjournal.backends.sqlite_write import Control
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
@@ -54,6 +55,11 @@ def _migrations() -> list[str]:
     folder = resources.files("agentjournal.backends").joinpath("sqlite_migrations")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [f.read_text(encoding="utf-8") for f in files]
+
+
+def schema_versions() -> int:
+    """The schema version this agentjournal writes (the number of migrations)."""
+    return len(_migrations())
 
 
 def _statements(script: str) -> list[str]:
@@ -89,9 +95,19 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
 class SQLiteStorage:
     """A journal in one SQLite file. Thread-safe; share one per process and file."""
 
-    def __init__(self, path: str | Path, durability: str = "full") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        durability: str = "full",
+        *,
+        wal_limit_bytes: int | None = DEFAULT_WAL_LIMIT_BYTES,
+    ) -> None:
+        """`wal_limit_bytes`: past this size the writer empties the `-wal` file (see
+        `sqlite_wal`); None leaves it to SQLite's automatic checkpoints alone."""
         if durability not in SYNCHRONOUS:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
+        if wal_limit_bytes is not None and wal_limit_bytes < 1:
+            raise InvalidArgument(f"wal_limit_bytes must be positive, not {wal_limit_bytes!r}")
         self.path = str(path)
         self.durability = durability
         self._closed = False
@@ -100,8 +116,15 @@ class SQLiteStorage:
         self._local = threading.local()
         self._writer = self._connect(writer=True)
         self._migrate()
+        self.wal = (
+            None
+            if wal_limit_bytes is None
+            else WalLimit(self.path, wal_limit_bytes, busy_timeout_ms=BUSY_TIMEOUT_MS)
+        )
+        if self.wal is not None:
+            self.wal.configure(self._writer)
         self.signal = CommitSignal()
-        self._group = GroupCommit(Control(self._writer), self.signal.notify)
+        self._group = GroupCommit(Control(self._writer, self.wal), self.signal.notify)
         # In-process only: two servers on one file would not see each other's turns.
         self._turns = TurnHolds()
 
@@ -252,6 +275,9 @@ class SQLiteStorage:
             (tenant, *statuses, below, limit),
         )
         return [session_from_row(row) for row in rows]
+
+    def tenants(self) -> list[str]:
+        return [row[0] for row in self._read("SELECT DISTINCT tenant FROM sessions ORDER BY 1")]
 
     def session_ids(self, tenant: str) -> list[str]:
         rows = self._read(

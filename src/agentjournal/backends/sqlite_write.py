@@ -25,6 +25,7 @@ from agentjournal.backends.sqlite_rows import (
     event_from_row,
     position_number,
 )
+from agentjournal.backends.sqlite_wal import WalLimit
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
 from agentjournal.projection import Projection, Task
@@ -54,15 +55,18 @@ _INSERT_TASK: Final = (
 class Control:
     """Transaction statements on the writer connection, for group commit."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, wal: WalLimit | None = None) -> None:
         self.conn = conn
         self.tx = SQLiteTx(conn)
+        self.wal = wal
 
     def begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
+        if self.wal is not None:
+            self.wal.after_commit(self.conn)
 
     def rollback(self) -> None:
         if self.conn.in_transaction:

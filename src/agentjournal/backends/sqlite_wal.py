@@ -1,0 +1,84 @@
+"""Keeping the `-wal` file bounded under sustained writes.
+
+SQLite's automatic checkpoint (PASSIVE, after a commit that leaves 1,000 pages in the WAL) copies
+pages back into the database but rewinds the WAL only when no reader is still using it; readers
+that keep overlapping (SSE subscribers, pollers, an export) can stop it from ever rewinding, and
+the file grows to gigabytes; and a large transaction (an import) leaves a WAL as large as itself.
+So the writer checks the file's size after each commit (one stat, under a microsecond beside a
+commit's fsyncs) and, past the limit, runs a TRUNCATE checkpoint: it waits briefly for the
+readers of old snapshots (new readers read the database file once everything is copied back),
+then empties the WAL. If one holds on (a long read transaction: no checkpoint can pass its
+snapshot), it gives up and tries again later, backing off from half a second to 8 seconds, so
+writers wait at most that brief wait, and rarely. `journal_size_limit` makes SQLite's own
+rewinds shrink the file as well.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["DEFAULT_WAL_LIMIT_BYTES", "WalLimit"]
+
+DEFAULT_WAL_LIMIT_BYTES: Final = 32 * 1024 * 1024
+CHECKPOINT_WAIT_MS: Final = 250
+FIRST_BACKOFF_S: Final = 0.5
+MAX_BACKOFF_S: Final = 8.0
+
+
+@dataclass(slots=True)
+class WalStats:
+    checkpoints: int = 0  # TRUNCATE checkpoints that emptied the WAL
+    busy: int = 0  # ones that gave up because a reader held on
+
+
+class WalLimit:
+    """Run by the writer connection after its commits (it alone writes, so no lock is needed)."""
+
+    def __init__(
+        self,
+        database_path: str,
+        limit_bytes: int,
+        *,
+        busy_timeout_ms: int,
+    ) -> None:
+        self.wal_path = database_path + "-wal"
+        self.limit_bytes = limit_bytes
+        self.busy_timeout_ms = busy_timeout_ms
+        self.stats = WalStats()
+        self._backoff = 0.0
+        self._not_before = 0.0
+
+    def configure(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA journal_size_limit = {self.limit_bytes}")
+
+    def after_commit(self, conn: sqlite3.Connection) -> None:
+        try:
+            size = os.stat(self.wal_path).st_size
+        except FileNotFoundError:
+            return
+        if size <= self.limit_bytes or time.monotonic() < self._not_before:
+            return
+        if self.truncate(conn):
+            self._backoff = 0.0
+        else:
+            self._backoff = min(MAX_BACKOFF_S, self._backoff * 2 or FIRST_BACKOFF_S)
+            self._not_before = time.monotonic() + self._backoff
+
+    def truncate(self, conn: sqlite3.Connection) -> bool:
+        """Checkpoint and empty the WAL; False if a reader kept it from finishing in time."""
+        conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError:
+            busy = 1
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+        if busy:
+            self.stats.busy += 1
+            return False
+        self.stats.checkpoints += 1
+        return True
