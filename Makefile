@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-postgres clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -29,6 +29,10 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python bench/journal_bench.py
 	$(BIN)/python bench/recover_bench.py
+
+bench-ops: $(STAMP)  # the WAL under 1,000,000 events; export/import of 1,000,000 events
+	cd bench && ../$(BIN)/python wal_bench.py
+	cd bench && ../$(BIN)/python transfer_bench.py
 
 bench-postgres: $(STAMP)  # needs a PostgreSQL: --url, default postgresql://127.0.0.1:5432/test
 	$(BIN)/python bench/postgres_bench.py

@@ -1,35 +1,40 @@
-"""The `-wal` file under sustained writes: 1,000,000 events with readers running, once with
-SQLite's automatic checkpoints alone (the baseline: `wal_autocheckpoint = 1000`, the second
+"""The `-wal` file under sustained writes and after a bulk import: 1,000,000 events each, once
+with SQLite's automatic checkpoints alone (the baseline: `wal_autocheckpoint = 1000`, the second
 seed's fix) and once with agentjournal's WAL limit (`backends/sqlite_wal.py`).
 
-    .venv/bin/python bench/wal_bench.py                    # 1,000,000 events
+    .venv/bin/python bench/wal_bench.py                    # 1,000,000 events per scenario
     .venv/bin/python bench/wal_bench.py --events 50000     # smoke run, seconds
 
-One writer appends agent turns with `append_many` (`--batch` events a call) to `--sessions`
-sessions while `--readers` threads keep reading pages of events (`events(after=…)`), as SSE
-subscribers and pollers do, and every `--long-read-every` seconds another connection holds one
-read transaction open for `--long-read-for` seconds (a report, a `sqlite3` shell, a copy): no
+Sustained: one writer appends agent turns with `append_many` (`--batch` events a call) to
+`--sessions` sessions while `--readers` threads keep reading pages of events (`events(after=…)`),
+as SSE subscribers and pollers do, and every `--long-read-every` seconds another connection holds
+one read transaction open for `--long-read-for` seconds (a report, a `sqlite3` shell, a copy): no
 checkpoint can pass its snapshot, so the WAL grows meanwhile under any policy; what matters is
-whether it comes back. After every call the writer samples the `-wal` file's size. Each
-configuration runs in its own process, so each peak RSS is its own; the two run in turn
-`--rounds` times and the table shows the medians (ratios of events/s against the baseline of the
-same round).
+whether it comes back. After every call the writer samples the `-wal` file's size.
+
+Bulk: the same number of events arrive in one transaction (`agentjournal import` of a JSON Lines
+file, streamed from a generator), as a restore or a migration does; the WAL holds the whole
+transaction until it is checkpointed.
+
+Each run is its own process (its peak RSS is its own); the table gives events/s with the ratio
+against the baseline of the same scenario, the WAL's peak and its size at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import json
 import os
 import platform
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,75 +45,84 @@ from rich.table import Table
 from agentjournal import Journal
 from agentjournal.backends.sqlite import SQLiteStorage
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES
+from agentjournal.transfer import import_lines
 from journal_bench import new_events, peak_rss_mb, source_fingerprint, turn
 
 MB = 1024 * 1024
+Spec = tuple[str, dict[str, Any]]
 
 
-def run(
-    events: int,
-    sessions: int,
-    batch: int,
-    readers: int,
-    limit: int | None,
-    seed: int,
-    long_every: float,
-    long_for: float,
+def turns(rng: random.Random) -> Iterator[Spec]:
+    """Agent turns without end, with unique call ids (content drawn from a small pool)."""
+    pool = [turn(rng, n) for n in range(64)]
+    number = 0
+    while True:
+        number += 1
+        for type_, payload in rng.choice(pool):
+            if "call_id" in payload:
+                payload = {**payload, "call_id": f"call_{number}"}
+            yield type_, payload
+
+
+def _result(
+    journal: Journal, path: Path, written: int, elapsed: float, peak: int, **extra: Any
 ) -> dict[str, Any]:
-    """One configuration in a fresh process and directory: write, sample, report."""
-    rng = random.Random(seed)
+    wal = Path(f"{path}-wal")
+    storage = journal.storage
+    stats = storage.wal.stats if isinstance(storage, SQLiteStorage) and storage.wal else None
+    return {
+        "events_per_s": written / elapsed,
+        "peak_wal_mb": max(peak, wal.stat().st_size) / MB,
+        "final_wal_mb": wal.stat().st_size / MB,
+        "db_mb": path.stat().st_size / MB,
+        "truncations": stats.checkpoints if stats else 0,
+        "busy": stats.busy if stats else 0,
+        "peak_rss_mb": peak_rss_mb(),
+        **extra,
+    }
+
+
+def sustained(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
+    rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="aj-wal-") as tmp:
         path = Path(tmp) / "wal.db"
         journal = Journal(SQLiteStorage(path, "full", wal_limit_bytes=limit))
-        ids = [journal.create_session(f"s{n}").session_id for n in range(sessions)]
-        texts = [turn(rng, n) for n in range(64)]  # reused content; call ids made unique below
-        turns = 0
-        stop = threading.Event()
-        reads = [0] * readers
+        ids = [journal.create_session(f"s{n}").session_id for n in range(args.sessions)]
+        stop, long_reading = threading.Event(), threading.Event()
 
         def read(slot: int) -> None:
-            local = random.Random(seed + slot)
+            local = random.Random(args.seed + slot)
             while not stop.is_set():
                 sid = local.choice(ids)
                 last = journal.get_session(sid).last_seq
                 journal.events(sid, after=local.randint(0, max(0, last - 100)), limit=100)
-                reads[slot] += 1
                 time.sleep(0.001)  # a subscriber reads after commits, not in a busy loop
 
-        long_reading = threading.Event()
-
         def read_long() -> None:
-            # A reader that holds one snapshot for a while (a report, a sqlite3 shell, a copy):
-            # no checkpoint can pass it, so the WAL grows meanwhile, whatever the policy.
             conn = sqlite3.connect(path, isolation_level=None)
-            while not stop.wait(long_every):
+            while not stop.wait(args.long_read_every):
                 conn.execute("BEGIN")
                 conn.execute("SELECT count(*) FROM events").fetchone()
                 long_reading.set()
-                stop.wait(long_for)
+                stop.wait(args.long_read_for)
                 conn.execute("COMMIT")
                 long_reading.clear()
             conn.close()
 
-        threads = [threading.Thread(target=read, args=(n,)) for n in range(readers)]
-        if long_every > 0:
+        threads = [threading.Thread(target=read, args=(n,)) for n in range(args.readers)]
+        if args.long_read_every > 0:
             threads.append(threading.Thread(target=read_long))
         for thread in threads:
             thread.start()
-        wal = Path(str(path) + "-wal")
+        wal = Path(f"{path}-wal")
+        source = turns(rng)
         peak = peak_between = written = 0
         start = time.perf_counter()
         try:
-            while written < events:
-                count = min(batch, events - written)
-                specs: list[tuple[str, dict[str, Any]]] = []
-                while len(specs) < count:
-                    turns += 1
-                    for type_, payload in rng.choice(texts):
-                        if "call_id" in payload:
-                            payload = {**payload, "call_id": f"call_{turns}"}
-                        specs.append((type_, payload))
-                journal.append_many(rng.choice(ids), new_events(specs[:count]))
+            while written < args.events:
+                count = min(args.batch, args.events - written)
+                batch = [next(source) for _ in range(count)]
+                journal.append_many(rng.choice(ids), new_events(batch))
                 written += count
                 size = wal.stat().st_size
                 peak = max(peak, size)
@@ -119,22 +133,51 @@ def run(
             for thread in threads:
                 thread.join()
         elapsed = time.perf_counter() - start
-        final = wal.stat().st_size
-        storage = journal.storage
-        stats = storage.wal.stats if isinstance(storage, SQLiteStorage) and storage.wal else None
-        db_size = path.stat().st_size
+        result = _result(journal, path, written, elapsed, peak, peak_between_mb=peak_between / MB)
         journal.close()
-        return {
-            "events_per_s": written / elapsed,
-            "peak_wal_mb": peak / MB,
-            "peak_between_mb": peak_between / MB,
-            "final_wal_mb": final / MB,
-            "db_mb": db_size / MB,
-            "reads": sum(reads),
-            "truncations": stats.checkpoints if stats else 0,
-            "busy": stats.busy if stats else 0,
-            "peak_rss_mb": peak_rss_mb(),
-        }
+        return result
+
+
+def bulk(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+
+    def lines() -> Iterator[str]:
+        per_session = args.events // args.sessions
+        for n in range(args.sessions):
+            source = turns(rng)  # a session ends mid-turn at worst; the next starts afresh
+            sid = f"sess_bulk{n:05d}"
+            yield json.dumps(
+                {"session_id": sid, "seq": 1, "type": "session_created", "payload": {"title": sid}}
+            )
+            for seq in range(2, per_session + 2):
+                type_, payload = next(source)
+                yield json.dumps({"session_id": sid, "seq": seq, "type": type_, "payload": payload})
+
+    with tempfile.TemporaryDirectory(prefix="aj-wal-") as tmp:
+        path = Path(tmp) / "bulk.db"
+        journal = Journal(SQLiteStorage(path, "full", wal_limit_bytes=limit))
+        wal, done, peak = Path(f"{path}-wal"), threading.Event(), [0]
+
+        def sample() -> None:  # the transaction fills the WAL before its commit empties it
+            while not done.wait(0.05):
+                with contextlib.suppress(FileNotFoundError):
+                    peak[0] = max(peak[0], wal.stat().st_size)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        start = time.perf_counter()
+        try:
+            report = import_lines(journal, lines)
+        finally:
+            done.set()
+            sampler.join()
+        elapsed = time.perf_counter() - start
+        result = _result(journal, path, report.events, elapsed, peak[0], peak_between_mb=None)
+        journal.close()
+        return result
+
+
+SCENARIOS = {"sustained": sustained, "bulk import": bulk}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,75 +187,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100, help="events per append_many")
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--limit-mb", type=float, default=DEFAULT_WAL_LIMIT_BYTES / MB)
-    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--long-read-every", type=float, default=10.0, help="seconds; 0: no long reader"
-    )
+    parser.add_argument("--long-read-every", type=float, default=10.0, help="seconds; 0: none")
     parser.add_argument("--long-read-for", type=float, default=3.0, help="seconds")
+    parser.add_argument("--only", choices=sorted(SCENARIOS), help="run one scenario")
     args = parser.parse_args(argv)
     configs = {
         "SQLite auto-checkpoint only (baseline)": None,
         f"agentjournal WAL limit ({args.limit_mb:g} MiB)": int(args.limit_mb * MB),
     }
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    ratios: dict[str, list[float]] = {name: [] for name in configs}
-    for round_ in range(args.rounds):
+    rows: list[tuple[str, str, dict[str, Any], float]] = []
+    for scenario, run in SCENARIOS.items():
+        if args.only and scenario != args.only:
+            continue
         baseline = 0.0
         for name, limit in configs.items():
-            # A fresh process per run: its peak RSS is its own, and no page cache state leaks.
             with ProcessPoolExecutor(max_workers=1) as pool:
-                outcome = pool.submit(
-                    run,
-                    args.events,
-                    args.sessions,
-                    args.batch,
-                    args.readers,
-                    limit,
-                    args.seed,
-                    args.long_read_every,
-                    args.long_read_for,
-                ).result()
+                outcome = pool.submit(run, args, limit).result()
             baseline = baseline or outcome["events_per_s"]
-            results[name].append(outcome)
-            ratios[name].append(outcome["events_per_s"] / baseline)
-            print(f"round {round_ + 1}: {name}: {outcome}", file=sys.stderr)
+            rows.append((scenario, name, outcome, outcome["events_per_s"] / baseline))
+            print(f"{scenario} / {name}: {outcome}", file=sys.stderr)
 
     table = Table(
-        title=f"{args.events:,} events, {args.readers} readers, append_many({args.batch}),"
-        f" durability full · {datetime.date.today()} · {platform.python_version()}"
-        f" · SQLite {__import__('sqlite3').sqlite_version} · {os.cpu_count()} cores"
-        f" · sources {source_fingerprint()}"
+        title=f"{args.events:,} events per scenario · sustained: {args.readers} readers,"
+        f" append_many({args.batch}), a {args.long_read_for:g} s read every"
+        f" {args.long_read_every:g} s · durability full · {datetime.date.today()}"
+        f" · Python {platform.python_version()} · SQLite {sqlite3.sqlite_version}"
+        f" · {os.cpu_count()} cores · sources {source_fingerprint()}"
     )
-    for column in (
-        "configuration",
-        "events/s",
-        "× baseline",
-        "peak -wal",
-        "peak -wal outside long reads",
-        "-wal at end",
-        "database",
-        "WAL truncations (busy)",
-        "peak RSS",
-    ):
-        table.add_column(column, justify="left" if column == "configuration" else "right")
-    for name, runs in results.items():
-
-        def median(key: str, runs: list[dict[str, Any]] = runs) -> float:
-            return statistics.median(run[key] for run in runs)
-
-        table.add_row(
-            name,
-            f"{median('events_per_s'):,.0f}",
-            f"{statistics.median(ratios[name]):.2f}×",
-            f"{median('peak_wal_mb'):,.1f} MB",
-            f"{median('peak_between_mb'):,.1f} MB",
-            f"{median('final_wal_mb'):,.1f} MB",
-            f"{median('db_mb'):,.0f} MB",
-            f"{median('truncations'):,.0f} ({median('busy'):,.0f})",
-            f"{median('peak_rss_mb'):,.0f} MB",
+    for column in ("scenario", "configuration", "events/s", "× baseline", "peak -wal"):
+        table.add_column(
+            column, justify="left" if column in ("scenario", "configuration") else "right"
         )
-    Console(width=200).print(table)
+    for column in ("peak -wal outside long reads", "-wal at end", "database"):
+        table.add_column(column, justify="right")
+    table.add_column("truncations (gave up)", justify="right")
+    table.add_column("peak RSS", justify="right")
+    for scenario, name, outcome, ratio in rows:
+        between = outcome["peak_between_mb"]
+        table.add_row(
+            scenario,
+            name,
+            f"{outcome['events_per_s']:,.0f}",
+            f"{ratio:.2f}×",
+            f"{outcome['peak_wal_mb']:,.1f} MB",
+            "—" if between is None else f"{between:,.1f} MB",
+            f"{outcome['final_wal_mb']:,.1f} MB",
+            f"{outcome['db_mb']:,.0f} MB",
+            f"{outcome['truncations']:,} ({outcome['busy']:,})",
+            f"{outcome['peak_rss_mb']:,.0f} MB",
+        )
+    Console(width=220).print(table)
     return 0
 
 

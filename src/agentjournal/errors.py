@@ -74,6 +74,9 @@ class CorruptLine(InvalidArgument):
         self.line = line
         self.detail = detail
 
+    def __reduce__(self) -> tuple[type[CorruptLine], tuple[int, str]]:
+        return (type(self), (self.line, self.detail))  # pickles across processes
+
 
 class PayloadTooLarge(JournalError, ValueError):
     """A payload's compact JSON is larger than the journal's limit."""
