@@ -1,5 +1,4 @@
-"""The `agentjournal` command: a thin mirror of the library (more commands arrive with the
-operations issue)."""
+"""`demo`, `serve` and `keys`: running the service and managing who may call it."""
 
 from __future__ import annotations
 
@@ -9,20 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from agentjournal.cli.app import app, keys_app
+from agentjournal.cli.common import EXIT_PROBLEMS, DbOption, JsonOption, opened, print_json
+
 if TYPE_CHECKING:
     from agentjournal.runtime import Agent
-
-app = typer.Typer(
-    name="agentjournal",
-    help="Durable memory for AI agents: an append-only event journal on SQLite.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-
-
-@app.callback()
-def _root() -> None:
-    """Durable memory for AI agents: an append-only event journal on SQLite."""
 
 
 @app.command()
@@ -124,70 +114,80 @@ def _load_agent(spec: str) -> Agent:
     return made
 
 
-keys_app = typer.Typer(
-    help="API keys for the HTTP service (one tenant each).", no_args_is_help=True
-)
-app.add_typer(keys_app, name="keys")
-
-
 @keys_app.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
-    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
+    db: DbOption = "agent.db",
     label: Annotated[str, typer.Option(help="A note to tell keys apart.")] = "",
+    as_json: JsonOption = False,
 ) -> None:
-    """Create a key and print it once (only a hash is stored).
+    """Create a key and print it once (only a hash is stored); creates the database if missing.
+
+    The key alone goes to stdout; --json prints {key, key_id, tenant} instead.
 
     Example: agentjournal keys create --tenant acme --db agent.db
     """
-    from agentjournal.journal import Journal
     from agentjournal.keys import ApiKeys
 
-    with Journal.open(db) as journal:
+    with opened(db, create=True) as journal:
         row, key = ApiKeys(journal.storage).create(tenant, label)
-    typer.echo(key)
+    if as_json:
+        print_json({"key": key, "key_id": row.key_id, "tenant": row.tenant})
+    else:
+        typer.echo(key)
     typer.echo(f"key id {row.key_id} for tenant {row.tenant}; it is not shown again", err=True)
 
 
 @keys_app.command("list")
 def keys_list(
-    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
+    db: DbOption = "agent.db",
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """List keys (ids, tenants, labels; never secrets).
+    """List keys (ids, tenants, labels; never secrets); exit 1 if there are none.
 
-    Example: agentjournal keys list --db agent.db
+    One key a line: key id, tenant, active or revoked, label (tab-separated).
+    --json prints one array of {key_id, tenant, label, status, created_at, revoked_at}.
+
+    Example: agentjournal keys list --db agent.db --tenant acme
     """
-    from agentjournal.journal import Journal
     from agentjournal.keys import ApiKeys
 
-    with Journal.open(db) as journal:
-        for row in ApiKeys(journal.storage).list(tenant):
-            state = "revoked" if row.revoked_at else "active"
-            typer.echo(f"{row.key_id}\t{row.tenant}\t{state}\t{row.label}")
+    with opened(db) as journal:
+        rows = ApiKeys(journal.storage).list(tenant)
+    listed = [
+        {
+            "key_id": row.key_id,
+            "tenant": row.tenant,
+            "label": row.label,
+            "status": "revoked" if row.revoked_at else "active",
+            "created_at": row.created_at,
+            "revoked_at": row.revoked_at,
+        }
+        for row in rows
+    ]
+    if as_json:
+        print_json(listed)
+    else:
+        for item in listed:
+            typer.echo(f"{item['key_id']}\t{item['tenant']}\t{item['status']}\t{item['label']}")
+    if not rows:
+        raise typer.Exit(EXIT_PROBLEMS)
 
 
 @keys_app.command("revoke")
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key id (the part after aj_).")],
-    db: Annotated[str, typer.Option(help="SQLite file or postgresql:// URL.")] = "agent.db",
+    db: DbOption = "agent.db",
 ) -> None:
-    """Revoke a key; requests with it answer 401 within seconds.
+    """Revoke a key; requests with it answer 401 within seconds. Exit 1 if no such active key.
 
     Example: agentjournal keys revoke ms4la5a66b --db agent.db
     """
-    from agentjournal.journal import Journal
     from agentjournal.keys import ApiKeys
 
-    with Journal.open(db) as journal:
-        if not ApiKeys(journal.storage).revoke(key_id):
-            typer.echo(f"no active key {key_id}", err=True)
-            raise typer.Exit(1)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()
+    with opened(db) as journal:
+        revoked = ApiKeys(journal.storage).revoke(key_id)
+    if not revoked:
+        typer.echo(f"no active key {key_id}", err=True)
+        raise typer.Exit(EXIT_PROBLEMS)

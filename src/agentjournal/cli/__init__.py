@@ -1,0 +1,17 @@
+"""The `agentjournal` command: one module per group of commands, all thin over the library.
+
+`service` (demo, serve, keys), `sessions` (sessions, show, replay, tail, compact, purge),
+`data` (verify, backup, restore, export, import) and `bench`; `common` holds the options and the
+exit codes they share.
+"""
+
+from __future__ import annotations
+
+from agentjournal.cli import bench, data, service, sessions  # noqa: F401  (they register commands)
+from agentjournal.cli.app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

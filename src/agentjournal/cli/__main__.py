@@ -1,0 +1,3 @@
+from agentjournal.cli import main
+
+main()

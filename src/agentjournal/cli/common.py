@@ -1,0 +1,107 @@
+"""What every command shares: the `--db`, `--tenant` and `--json` options, opening the journal,
+and exit codes a script can trust (0 done, 1 problems found or nothing matched, 2 could not run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn
+
+import typer
+from rich.console import Console
+
+from agentjournal.errors import JournalError
+from agentjournal.journal import Journal
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "DbOption",
+    "JsonOption",
+    "TenantOption",
+    "console",
+    "errors",
+    "fail",
+    "is_postgres",
+    "local_time",
+    "opened",
+    "print_json",
+    "sqlite_path",
+]
+
+EXIT_OK: Final = 0
+EXIT_PROBLEMS: Final = 1  # the command ran and found something wrong (verify) or nothing to act on
+EXIT_FAILED: Final = 2  # the command could not run: bad input, missing session, database error
+
+DbOption = Annotated[
+    str,
+    typer.Option(
+        "--db",
+        envvar="AGENTJOURNAL_DB",
+        help="SQLite file or postgresql:// URL (env AGENTJOURNAL_DB).",
+    ),
+]
+TenantOption = Annotated[
+    str, typer.Option("--tenant", help="The tenant to act as (every verb is scoped to it).")
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON (one document, or one per line) for scripts.")
+]
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    errors.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def is_postgres(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def sqlite_path(db: str) -> Path:
+    return Path(db[len("sqlite:///") :] if db.startswith("sqlite:///") else db)
+
+
+@contextmanager
+def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterator[Journal]:
+    """The journal at `db`; a `JournalError` from the block becomes a message and exit 2.
+
+    Opening a SQLite path creates the file, so commands that only read refuse a path that does
+    not exist: a typo must not leave an empty database behind and report "no sessions".
+    """
+    if not create and not is_postgres(db) and not sqlite_path(db).is_file():
+        fail(f"no database at {db!r} (pass --db or set AGENTJOURNAL_DB)")
+    try:
+        journal = Journal.open(db, tenant=tenant)
+    except JournalError as exc:
+        fail(f"cannot open {db!r}: {exc}")
+    try:
+        yield journal
+    except JournalError as exc:
+        fail(f"{type(exc).__name__}: {exc}")
+    finally:
+        journal.close()
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on one line (also for streams: one line per item)."""
+    console.file.write(json.dumps(value, ensure_ascii=False) + "\n")
+    console.file.flush()
+
+
+def default_db() -> str:
+    return os.environ.get("AGENTJOURNAL_DB", "agent.db")
+
+
+def local_time(ms: int) -> str:
+    """A journal timestamp (ms since the epoch) as this machine's local time, to the second."""
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
