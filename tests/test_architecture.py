@@ -179,8 +179,19 @@ def test_every_error_is_a_journal_error_and_exported() -> None:
 
 
 def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
-    # the runtime is a face too: the server hosts an agent through it
-    allowed = {"aio", "journal", "keys", "errors", "events", "projection", "runtime", "server"}
+    # the runtime is a face too: the server hosts an agent through it; the inspector is static
+    # files the server mounts
+    allowed = {
+        "aio",
+        "journal",
+        "keys",
+        "errors",
+        "events",
+        "projection",
+        "runtime",
+        "server",
+        "inspector",
+    }
     for path in (SRC / "server").glob("*.py"):
         ours, _ = imports_of(path)
         outside = {name for name in ours if name.split(".")[0] not in allowed}

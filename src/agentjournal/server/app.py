@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentjournal import inspector
 from agentjournal.aio import AsyncJournal
 from agentjournal.journal import MAX_INT, Journal
 from agentjournal.keys import ApiKeys
@@ -359,6 +360,7 @@ def create_app(
     app.include_router(router)
     app.include_router(task_routes.router)
     app.include_router(turn_routes.router)
+    app.include_router(inspector.router())
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Health:
