@@ -8,7 +8,6 @@ event object a line. Errors go to stderr; exit codes as in `common`.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import signal
 import sys
@@ -16,12 +15,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
-from rich import box
-from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 
 from agentjournal.cli.app import app
@@ -33,28 +29,25 @@ from agentjournal.cli.common import (
     TenantOption,
     console,
     fail,
-    local_time,
     opened,
     print_json,
 )
-from agentjournal.events import TASK_TYPES, Event
+from agentjournal.cli.render import (
+    event_line,
+    message_count,
+    replayed_messages,
+    session_header,
+    sessions_table,
+    tasks_table,
+    timeline,
+)
+from agentjournal.events import Event
 from agentjournal.journal import MAX_PAGE, Journal
-from agentjournal.projection import Session, Task, ToolCall
+from agentjournal.projection import Session, Task
 
 SessionArgument = Annotated[
     str, typer.Argument(metavar="SESSION", help="The session id.", show_default=False)
 ]
-_ROLES = {"user_message": "user", "assistant_message": "assistant", "system_message": "system"}
-_ROLE_STYLES = {"user": "bold blue", "assistant": "bold green", "system": "bold magenta"}
-_TASK_STYLES = {"completed": "green", "failed": "red", "cancelled": "dim", "running": "cyan"}
-# How `show` labels the events that are not messages or tool calls (custom ones: "event").
-_LABELS = {
-    "session_created": ("session", "magenta"),
-    "session_updated": ("session", "magenta"),
-    "session_forked": ("session", "magenta"),
-    "context_compacted": ("compacted", "magenta"),
-    **dict.fromkeys(TASK_TYPES, ("task", "cyan")),
-}
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -85,7 +78,7 @@ def list_sessions(
     if as_json:
         print_json([session.to_dict() for session in found])
     elif found:
-        console.print(_sessions_table(found))
+        console.print(sessions_table(found))
     else:
         typer.echo("no sessions matched", err=True)
     if not found:
@@ -110,27 +103,6 @@ def _matching_sessions(
             break
         cursor = page[-1].last_position
     return found[:limit]
-
-
-def _sessions_table(found: list[Session]) -> Table:
-    # Only the title gives way on a narrow terminal: ids and times stay whole.
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, expand=True)
-    table.add_column("Session", no_wrap=True, min_width=max(len(s.session_id) for s in found))
-    table.add_column("Title", no_wrap=True, overflow="ellipsis", ratio=1)
-    table.add_column("Status", no_wrap=True, min_width=8)
-    table.add_column("Events", justify="right", no_wrap=True, min_width=6)
-    table.add_column("Last activity", no_wrap=True, min_width=19)
-    table.add_column("Turn", no_wrap=True, min_width=4)
-    for s in found:
-        table.add_row(
-            s.session_id,
-            Text(s.title),
-            s.status,
-            str(s.event_count),
-            local_time(s.updated_at),
-            "open" if s.turn_open else "",
-        )
-    return table
 
 
 # -- show -------------------------------------------------------------------------------------
@@ -164,14 +136,13 @@ def show(
             }
         )
         return
-    messages = sum(1 for e in events if e.type in _ROLES and "supersedes" not in e.payload)
-    console.print(_header(session, messages, len(calls), len(tasks)))
+    console.print(session_header(session, message_count(events), len(calls), len(tasks)))
     console.print()
-    console.print(_timeline(events, {call.call_id: call for call in calls}))
+    console.print(timeline(events, {call.call_id: call for call in calls}))
     if tasks:
         console.print()
         console.print(Text("Tasks", style="bold"))
-        console.print(_tasks_table(tasks))
+        console.print(tasks_table(tasks))
 
 
 def _all_events(journal: Journal, session_id: str, after: int) -> Iterator[Event]:
@@ -192,148 +163,6 @@ def _all_tasks(journal: Journal, session_id: str) -> list[Task]:
         if len(page) < MAX_PAGE:
             return tasks
         after = page[-1].task_id
-
-
-def _header(session: Session, messages: int, calls: int, tasks: int) -> Text:
-    header = Text.assemble(
-        (session.title or "(untitled)", "bold"), "  ", (session.session_id, "dim")
-    )
-    facts = [session.status, f"model {session.model}" if session.model else "no model"]
-    facts += [_count(session.event_count, "event"), _count(messages, "message")]
-    facts += [_count(calls, "tool call"), _count(tasks, "task")]
-    facts += [f"tokens {session.prompt_tokens} in / {session.completion_tokens} out"]
-    header.append("\n" + " · ".join(facts))
-    times = [f"created {local_time(session.created_at)}"]
-    times += [f"last activity {local_time(session.updated_at)}"]
-    if session.forked_from:
-        times.append(f"forked from {session.forked_from} at #{session.forked_at_seq}")
-    if session.turn_open:
-        times.append("turn open")
-    header.append("\n" + " · ".join(times), style="dim")
-    if session.system_prompt:
-        header.append("\nsystem prompt: ", style="bold magenta")
-        header.append(session.system_prompt)
-    return header
-
-
-def _count(number: int, thing: str) -> str:
-    return f"{number} {thing}{'' if number == 1 else 's'}"
-
-
-def _timeline(events: list[Event], calls: dict[str, ToolCall]) -> Table:
-    """One row per event; a model response's tool calls sit under it with their results (which
-    the journal may hold far below), so the tool_result events themselves need no row."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(justify="right", no_wrap=True, style="dim")
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    previous = ""  # as replay folds it: a tool call after text or a call joins that response
-    for event in events:
-        kind, payload, seq = event.type, event.payload, f"#{event.seq}"
-        if kind in _ROLES:
-            role = _ROLES[kind]
-            body = Text(payload["content"])
-            if "supersedes" in payload:
-                body = Text(f"(corrects #{payload['supersedes']}) ", style="italic") + body
-            grid.add_row(seq, Text(role, style=_ROLE_STYLES[role]), body)
-            is_text = kind == "assistant_message" and "supersedes" not in payload
-            previous = "text" if is_text else kind
-        elif kind == "tool_call":
-            if previous not in ("text", "tool_call"):
-                grid.add_row("", Text("assistant", style=_ROLE_STYLES["assistant"]), "")
-            grid.add_row(seq, Text("  ↳ tool", style="cyan"), _call_body(event, calls))
-            previous = kind
-        elif kind == "tool_result":
-            if payload["call_id"] not in calls:  # no call to show it under
-                grid.add_row(seq, Text("  ↳ result", style="cyan"), Text(describe(event)))
-            previous = kind
-        else:
-            label, style = _LABELS.get(kind, ("event", "yellow"))
-            body = Text(describe(event))
-            if kind not in _LABELS:  # a custom event: its type, then its payload
-                body = Text(f"{kind} ", style="yellow") + body
-            grid.add_row(seq, Text(label, style=style), body)
-    return grid
-
-
-def _call_body(event: Event, calls: dict[str, ToolCall]) -> Text:
-    payload = event.payload
-    body = Text.assemble((payload["name"], "bold"), " ", payload["arguments"])
-    body.append(f"  [{payload['call_id']}]", style="dim")
-    call = calls.get(payload["call_id"])
-    if call is None or call.result is None:
-        body.append("\n→ pending (no result yet)", style="dim italic")
-        return body
-    style = "red" if call.status == "error" else "green"
-    body.append(f"\n→ {call.status} #{call.result_seq}: ", style=style)
-    body.append(call.result)
-    return body
-
-
-def _tasks_table(tasks: list[Task]) -> Table:
-    """Two lines a task: its bar, then what it is and how it went."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(justify="right", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for task in tasks:
-        percent = 100.0 if task.status == "completed" else task.progress * 100
-        note = task.error if task.status == "failed" else task.message
-        about = Text.assemble(
-            (task.type, "bold"),
-            " ",
-            (task.status, _TASK_STYLES.get(task.status, "")),
-            f" · attempt {task.attempt} · retries {task.retry_count}/{task.max_retries}\n",
-            (task.task_id, "dim"),
-        )
-        if note:
-            about.append(f" · {note}")
-        grid.add_row(ProgressBar(total=100, completed=percent, width=20), f"{percent:.0f}%", about)
-    return grid
-
-
-def describe(event: Event) -> str:
-    """An event as one short phrase (what `tail` prints after the type)."""
-    kind, p = event.type, event.payload
-    if kind in _ROLES:
-        corrects = f"(corrects #{p['supersedes']}) " if "supersedes" in p else ""
-        return f"{corrects}{p['content']}"
-    if kind == "tool_call":
-        return f"{p['name']} {p['arguments']} [{p['call_id']}]"
-    if kind == "tool_result":
-        return f"[{p['call_id']}] {'error: ' if p.get('is_error') else ''}{p['content']}"
-    if kind == "context_compacted":
-        return f"up to #{p['until_seq']}: {p['summary']}"
-    if kind == "session_created":
-        model = f" (model {p['model']})" if p.get("model") else ""
-        return f"created {json.dumps(p['title'], ensure_ascii=False)}{model}"
-    if kind == "session_updated":
-        return "updated " + ", ".join(f"{k} = {_compact(v)}" for k, v in sorted(p.items()))
-    if kind == "session_forked":
-        return f"forked from {p['from_session_id']} at #{p['at_seq']}"
-    if kind in TASK_TYPES:
-        return f"{p['task_id']} {_task_phrase(kind, p)}"
-    return _compact(p)
-
-
-def _task_phrase(kind: str, p: dict[str, Any]) -> str:
-    if kind == "task_created":
-        return f"created ({p['type']}): {_compact(p['input'])}"
-    if kind == "task_started":
-        return f"started by {p['worker']} (attempt {p['attempt']})"
-    if kind == "task_progress":
-        note = f": {p['message']}" if p.get("message") else ""
-        return f"progress {p['progress'] * 100:.0f}% (attempt {p['attempt']}){note}"
-    if kind == "task_completed":
-        return f"completed (attempt {p['attempt']}): {_compact(p['output'])}"
-    if kind == "task_failed":
-        again = ", will retry" if p["retry"] else ""
-        return f"failed (attempt {p['attempt']}{again}): {p['error']}"
-    return "cancelled" + (f": {p['reason']}" if p.get("reason") else "")
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
 # -- replay -----------------------------------------------------------------------------------
@@ -363,48 +192,7 @@ def replay(
     if as_json:
         print_json(replayed)
         return
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    if isinstance(replayed, dict):  # anthropic: {system, messages}
-        if replayed["system"]:
-            grid.add_row(Text("system", style=_ROLE_STYLES["system"]), Text(replayed["system"]))
-        messages = replayed["messages"]
-    else:
-        messages = replayed
-    for message in messages:
-        role = message["role"]
-        grid.add_row(Text(role, style=_ROLE_STYLES.get(role, "cyan")), _replayed_body(message))
-    console.print(grid)
-
-
-def _replayed_body(message: dict[str, Any]) -> Text:
-    body = Text()
-    content = message.get("content")
-    if message["role"] == "tool":
-        body.append(f"[{message['tool_call_id']}] ", style="dim")
-    if isinstance(content, str):
-        body.append(content)
-    for block in content if isinstance(content, list) else ():
-        if body:
-            body.append("\n")
-        if block["type"] == "text":
-            body.append(block["text"])
-        elif block["type"] == "tool_use":
-            body.append(f"→ {block['name']} {_compact(block['input'])}", style="cyan")
-            body.append(f"  [{block['id']}]", style="dim")
-        else:  # tool_result
-            body.append(f"[{block['tool_use_id']}] ", style="dim")
-            if block.get("is_error"):
-                body.append("error: ", style="red")
-            body.append(str(block["content"]))
-    for call in message.get("tool_calls") or ():
-        if body:
-            body.append("\n")
-        function = call["function"]
-        body.append(f"→ {function['name']} {function['arguments']}", style="cyan")
-        body.append(f"  [{call['id']}]", style="dim")
-    return body
+    console.print(replayed_messages(replayed))
 
 
 # -- tail -------------------------------------------------------------------------------------
@@ -484,7 +272,7 @@ def tail(
                 if as_json:
                     print_json(event.to_dict())
                 else:
-                    _print_line(_tail_line(event, all_sessions))
+                    _print_line(event_line(event, all_sessions))
     except _Stopped:
         raise typer.Exit(EXIT_OK) from None
     except BrokenPipeError:
@@ -508,17 +296,6 @@ def _feed(journal: Journal, after: str | None) -> Iterator[Event]:
         if len(page) < MAX_PAGE:
             return
         after = page[-1].position
-
-
-def _tail_line(event: Event, with_session: bool) -> Text:
-    line = Text()
-    if with_session:
-        line.append(f"@{event.position} {event.session_id} ", style="dim")
-    line.append(f"#{event.seq} ", style="bold")
-    line.append(f"{local_time(event.created_at)} ", style="dim")
-    line.append(f"{event.type} ", style="cyan")
-    line.append(describe(event).replace("\r", "\\r").replace("\n", "\\n"))
-    return line
 
 
 # -- compact ----------------------------------------------------------------------------------
@@ -548,7 +325,7 @@ def compact(
     if as_json:
         print_json(event.to_dict())
     else:
-        console.print(_tail_line(event, with_session=False), soft_wrap=True)
+        console.print(event_line(event, with_session=False), soft_wrap=True)
 
 
 # -- purge ------------------------------------------------------------------------------------
