@@ -14,14 +14,13 @@ import re
 import secrets
 import time
 
+from agentjournal.arguments import check_id
 from agentjournal.backends import ApiKeyRow, Storage
-from agentjournal.errors import InvalidArgument
 
 __all__ = ["KEY_PREFIX", "ApiKeys", "key_id_of"]
 
 KEY_PREFIX = "aj_"
 _KEY = re.compile(r"^aj_([a-z2-7]{10})_([A-Za-z0-9_-]{43})$")
-_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 def key_id_of(key: str) -> str:
@@ -42,8 +41,7 @@ class ApiKeys:
 
     def create(self, tenant: str, label: str = "") -> tuple[ApiKeyRow, str]:
         """A new key for `tenant`: its stored row and the key itself (shown only now)."""
-        if not isinstance(tenant, str) or not _TENANT.match(tenant):
-            raise InvalidArgument(f"tenant must be 1-128 characters of [A-Za-z0-9_.:-]: {tenant!r}")
+        check_id(tenant, "tenant")  # the rule every journal verb applies to a tenant
         key_id = base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()[:10]
         secret = secrets.token_urlsafe(32)
         row = ApiKeyRow(key_id, tenant, _hash(secret), label, time.time_ns() // 1_000_000)

@@ -107,11 +107,13 @@ def test_revoking_an_unknown_key_exits_1(tmp_path: Path) -> None:
     assert "abcdefghij" in result.stderr
 
 
-def test_a_bad_tenant_exits_2_without_a_key(tmp_path: Path) -> None:
-    result = run("keys", "create", "--tenant", "bad tenant", "--db", str(tmp_path / "j.db"))
+def test_a_bad_tenant_exits_2_without_a_key_or_a_database(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    result = run("keys", "create", "--tenant", "bad tenant", "--db", str(db))
     assert result.exit_code == 2
-    assert "tenant" in result.stderr
+    assert "tenant must be" in result.stderr
     assert "aj_" not in result.stdout
+    assert not db.exists()
 
 
 def test_the_database_may_come_from_the_environment(tmp_path: Path) -> None:

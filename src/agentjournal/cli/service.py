@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from agentjournal.arguments import check_id
 from agentjournal.cli.app import app, keys_app
-from agentjournal.cli.common import EXIT_PROBLEMS, DbOption, JsonOption, opened, print_json
+from agentjournal.cli.common import EXIT_PROBLEMS, DbOption, JsonOption, fail, opened, print_json
+from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from agentjournal.runtime import Agent
@@ -129,6 +131,10 @@ def keys_create(
     """
     from agentjournal.keys import ApiKeys
 
+    try:
+        check_id(tenant, "tenant")  # before opening: a refused key must not create the database
+    except InvalidArgument as exc:
+        fail(str(exc))
     with opened(db, create=True) as journal:
         row, key = ApiKeys(journal.storage).create(tenant, label)
     if as_json:
