@@ -1,16 +1,24 @@
-"""The `-wal` file under sustained writes and after a bulk import: 1,000,000 events each, once
-with SQLite's automatic checkpoints alone (the baseline: `wal_autocheckpoint = 1000`, the second
-seed's fix) and once with agentjournal's WAL limit (`backends/sqlite_wal.py`).
+"""The `-wal` file under sustained writes and after a bulk import: 1,000,000 events a scenario,
+once with SQLite's automatic checkpoints alone (the baseline: `wal_autocheckpoint = 1000`, the
+second seed's fix) and once with agentjournal's WAL limit (`backends/sqlite_wal.py`).
 
     .venv/bin/python bench/wal_bench.py                    # 1,000,000 events per scenario
     .venv/bin/python bench/wal_bench.py --events 50000     # smoke run, seconds
 
-Sustained: one writer appends agent turns with `append_many` (`--batch` events a call) to
-`--sessions` sessions while `--readers` threads keep reading pages of events (`events(after=…)`),
-as SSE subscribers and pollers do, and every `--long-read-every` seconds another connection holds
-one read transaction open for `--long-read-for` seconds (a report, a `sqlite3` shell, a copy): no
-checkpoint can pass its snapshot, so the WAL grows meanwhile under any policy; what matters is
-whether it comes back. After every call the writer samples the `-wal` file's size.
+In the sustained scenarios one writer appends agent turns with `append_many` (`--batch` events a
+call) to `--sessions` sessions while `--readers` threads read, and after every call it samples the
+`-wal` file's size. The readers differ:
+
+- short reads: each reads pages of events through the journal (`events(after=…)`), as SSE
+  subscribers and pollers do; there are moments with no reader, so SQLite's own checkpoint
+  rewinds the WAL.
+- overlapping reads: each holds a read transaction for `--hold-ms` on its own connection (a
+  dashboard, a `sqlite3` shell, a slow export reading the same file), staggered so one is always
+  open: SQLite's checkpoint copies pages back but never finds a moment to rewind the WAL
+  ("checkpoint starvation" in SQLite's WAL documentation).
+- a long read: short reads, and every `--long-read-every` seconds one read transaction held for
+  `--long-read-for` seconds; no checkpoint can pass its snapshot, so the WAL grows meanwhile under
+  any policy; what matters is whether it comes back.
 
 Bulk: the same number of events arrive in one transaction (`agentjournal import` of a JSON Lines
 file, streamed from a generator), as a restore or a migration does; the WAL holds the whole
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import json
 import os
 import platform
@@ -34,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -82,7 +91,7 @@ def _result(
     }
 
 
-def sustained(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
+def sustained(args: argparse.Namespace, limit: int | None, readers: str) -> dict[str, Any]:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="aj-wal-") as tmp:
         path = Path(tmp) / "wal.db"
@@ -90,7 +99,7 @@ def sustained(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
         ids = [journal.create_session(f"s{n}").session_id for n in range(args.sessions)]
         stop, long_reading = threading.Event(), threading.Event()
 
-        def read(slot: int) -> None:
+        def read_short(slot: int) -> None:
             local = random.Random(args.seed + slot)
             while not stop.is_set():
                 sid = local.choice(ids)
@@ -98,19 +107,34 @@ def sustained(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
                 journal.events(sid, after=local.randint(0, max(0, last - 100)), limit=100)
                 time.sleep(0.001)  # a subscriber reads after commits, not in a busy loop
 
-        def read_long() -> None:
-            conn = sqlite3.connect(path, isolation_level=None)
-            while not stop.wait(args.long_read_every):
-                conn.execute("BEGIN")
-                conn.execute("SELECT count(*) FROM events").fetchone()
-                long_reading.set()
-                stop.wait(args.long_read_for)
-                conn.execute("COMMIT")
-                long_reading.clear()
-            conn.close()
+        def read_overlapping(slot: int) -> None:
+            local = random.Random(args.seed + slot)
+            hold = args.hold_ms / 1000
+            stop.wait(slot * hold / args.readers)  # staggered: a reader is always in the middle
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                while not stop.is_set():
+                    conn.execute("BEGIN")
+                    conn.execute(
+                        "SELECT seq, type FROM events WHERE session_id = ?"
+                        " ORDER BY seq DESC LIMIT 100",
+                        (local.choice(ids),),
+                    ).fetchall()
+                    stop.wait(hold)
+                    conn.execute("COMMIT")
 
+        def read_long() -> None:
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                while not stop.wait(args.long_read_every):
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT count(*) FROM events").fetchone()
+                    long_reading.set()
+                    stop.wait(args.long_read_for)
+                    conn.execute("COMMIT")
+                    long_reading.clear()
+
+        read = read_overlapping if readers == "overlapping" else read_short
         threads = [threading.Thread(target=read, args=(n,)) for n in range(args.readers)]
-        if args.long_read_every > 0:
+        if readers == "long":
             threads.append(threading.Thread(target=read_long))
         for thread in threads:
             thread.start()
@@ -133,7 +157,8 @@ def sustained(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
             for thread in threads:
                 thread.join()
         elapsed = time.perf_counter() - start
-        result = _result(journal, path, written, elapsed, peak, peak_between_mb=peak_between / MB)
+        between = peak_between / MB if readers == "long" else None
+        result = _result(journal, path, written, elapsed, peak, peak_between_mb=between)
         journal.close()
         return result
 
@@ -177,7 +202,12 @@ def bulk(args: argparse.Namespace, limit: int | None) -> dict[str, Any]:
         return result
 
 
-SCENARIOS = {"sustained": sustained, "bulk import": bulk}
+SCENARIOS: dict[str, Callable[[argparse.Namespace, int | None], dict[str, Any]]] = {
+    "short reads": functools.partial(sustained, readers="short"),
+    "overlapping reads": functools.partial(sustained, readers="overlapping"),
+    "a long read": functools.partial(sustained, readers="long"),
+    "bulk import": bulk,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--limit-mb", type=float, default=DEFAULT_WAL_LIMIT_BYTES / MB)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--long-read-every", type=float, default=10.0, help="seconds; 0: none")
+    parser.add_argument("--hold-ms", type=float, default=50.0, help="overlapping reads: ms held")
+    parser.add_argument("--long-read-every", type=float, default=10.0, help="seconds")
     parser.add_argument("--long-read-for", type=float, default=3.0, help="seconds")
     parser.add_argument("--only", choices=sorted(SCENARIOS), help="run one scenario")
     args = parser.parse_args(argv)
@@ -209,9 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{scenario} / {name}: {outcome}", file=sys.stderr)
 
     table = Table(
-        title=f"{args.events:,} events per scenario · sustained: {args.readers} readers,"
-        f" append_many({args.batch}), a {args.long_read_for:g} s read every"
-        f" {args.long_read_every:g} s · durability full · {datetime.date.today()}"
+        title=f"{args.events:,} events per scenario · append_many({args.batch}) beside"
+        f" {args.readers} readers (overlapping: {args.hold_ms:g} ms each; long: a"
+        f" {args.long_read_for:g} s read every {args.long_read_every:g} s) · durability full"
+        f" · {datetime.date.today()}"
         f" · Python {platform.python_version()} · SQLite {sqlite3.sqlite_version}"
         f" · {os.cpu_count()} cores · sources {source_fingerprint()}"
     )

@@ -18,7 +18,15 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         (
             "wal_bench.py",
             ["--events", "3000", "--long-read-every", "0.5", "--long-read-for", "0.2"],
-            ["sustained", "bulk import", "baseline", "WAL limit", "-wal at end", "peak RSS"],
+            [
+                "short reads",
+                "overlapping reads",
+                "a long read",
+                "bulk import",
+                "baseline",
+                "WAL limit",
+                "-wal at end",
+            ],
         ),
         (
             "transfer_bench.py",
