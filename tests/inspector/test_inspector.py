@@ -4,15 +4,17 @@ the page is open; the page must show it without a reload."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import secrets
+import time
 from importlib.resources import files
 from typing import Any
 
 import httpx
 from browsing import Browsing, BrowsingFactory
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Locator, Page, Route, expect
 from scenes import GREETING, ORDER_REPLY, order_session
 
 from agentjournal import Journal
@@ -21,6 +23,44 @@ from server.conftest import RunningServer, auth, launch
 EXTERNAL_URL = re.compile(r"https?://|[\"'(=]\s*//[^/\s]", re.IGNORECASE)
 MODULE_IMPORT = re.compile(r"""from\s+["']\./([\w.-]+)["']""")
 KEY_STORAGE = "agentjournal.apiKey"
+
+# Keeps count of the abort listeners on each AbortSignal: window.__abortListeners() is the most
+# any one of them has now.
+COUNT_ABORT_LISTENERS = """(() => {
+    const live = new Map();
+    const { addEventListener: add, removeEventListener: remove } = EventTarget.prototype;
+    EventTarget.prototype.addEventListener = function (type, listener, options) {
+        if (this instanceof AbortSignal && type === "abort") {
+            if (!live.has(this)) live.set(this, new Set());
+            live.get(this).add(listener);
+        }
+        return add.call(this, type, listener, options);
+    };
+    EventTarget.prototype.removeEventListener = function (type, listener, options) {
+        if (this instanceof AbortSignal && type === "abort") live.get(this)?.delete(listener);
+        return remove.call(this, type, listener, options);
+    };
+    window.__abortListeners = () => Math.max(0, ...[...live.values()].map((s) => s.size));
+})()"""
+
+# Every text the announcer is given, in window.__announced.
+RECORD_ANNOUNCEMENTS = """() => {
+    window.__announced = [];
+    const announcer = document.getElementById("announcer");
+    new MutationObserver(() => window.__announced.push(announcer.textContent))
+        .observe(announcer, { childList: true, characterData: true, subtree: true });
+}"""
+
+# Opens `hash` as soon as the timeline shows `text`: sooner than a test could click.
+SWITCH_WHEN_SHOWN = """([text, hash]) => {
+    const list = document.getElementById("timeline");
+    const observer = new MutationObserver(() => {
+        if (!list.textContent.includes(text)) return;
+        observer.disconnect();
+        location.hash = hash;
+    });
+    observer.observe(list, { childList: true, characterData: true, subtree: true });
+}"""
 
 
 def api_events(server: RunningServer, session_id: str, key: str | None = None) -> list[Any]:
@@ -57,6 +97,24 @@ def timeline(page: Page) -> Locator:
 
 def expect_live(page: Page) -> None:
     expect(page.locator("#live-state")).to_have_text("Live")
+
+
+def accessible_description(page: Page, role: str, name: str) -> str | None:
+    """The description chromium itself computes (Playwright's own computation leaves out an
+    <output>'s text)."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+    finally:
+        cdp.detach()
+    found = [
+        n.get("description", {}).get("value")
+        for n in nodes
+        if n.get("role", {}).get("value") == role and n.get("name", {}).get("value") == name
+    ]
+    assert len(found) == 1, found
+    description: str | None = found[0]
+    return description
 
 
 def new_order_session(inspector: Browsing, **options: Any) -> str:
@@ -149,6 +207,33 @@ def test_load_more_fetches_the_next_page(inspector: Browsing) -> None:
     expect(links).to_have_count(1)
 
 
+def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) -> None:
+    # It is a live region: each write is spoken, even of the same text.
+    session_id = new_order_session(inspector)
+    page = inspector.open(session_id)
+    expect_live(page)
+    count = page.locator("#session-count")
+    search = page.get_by_label("Search by title or id")
+    search.fill(session_id[:-1])
+    expect(count).to_contain_text("1 of")
+    page.evaluate(
+        """() => {
+            window.__countWrites = 0;
+            new MutationObserver(() => (window.__countWrites += 1)).observe(
+                document.getElementById("session-count"),
+                { childList: true, characterData: true, subtree: true });
+        }"""
+    )
+    search.press_sequentially(session_id[-1])  # still the one match
+    append(inspector.server, session_id, "user_message", {"content": "counted once"})
+    expect(timeline(page)).to_contain_text("counted once")
+    expect(page.locator("#session-list a[aria-current=page]")).to_contain_text("11 events")
+    assert page.evaluate("window.__countWrites") == 0
+    search.fill("")
+    expect(count).not_to_contain_text("match")
+    assert page.evaluate("window.__countWrites") == 1
+
+
 # -- one session's timeline -------------------------------------------------------------------
 
 
@@ -201,6 +286,7 @@ def test_a_tool_call_is_folded_under_its_assistant_turn(inspector: Browsing) -> 
 def test_other_events_are_shown_and_their_text_stays_text(inspector: Browsing) -> None:
     session_id = new_order_session(inspector, progress=None)
     hostile = '<img src=x onerror="window.__owned=1"><b>bold</b>'
+    # Task types and custom event types are checked names ([a-z0-9_.:-]): no markup gets in.
     with inspector.journal() as journal:
         first = journal.append(session_id, "user_message", {"content": hostile})
         journal.append(session_id, "assistant_message", {"content": "ok"})
@@ -209,9 +295,22 @@ def test_other_events_are_shown_and_their_text_stays_text(inspector: Browsing) -
         )
         journal.append(session_id, "myapp.memory_saved", {"note": "<script>x</script>"})
         journal.compact(session_id, until_seq=first.seq, summary="they asked about orders")
-        journal.update_session(session_id, title="renamed chat")
+        journal.update_session(session_id, title=hostile)
+        call = {"call_id": "h1", "name": hostile, "arguments": hostile}
+        journal.append(session_id, "tool_call", call)
+        journal.append(session_id, "tool_result", {"call_id": "h1", "content": hostile})
+        task = journal.tasks(session_id=session_id)[0]
+        journal.task_progress(task.task_id, 0.5, attempt=task.attempt, message=hostile)
     page = inspector.open(session_id)
-    expect(page.locator("#session-title")).to_have_text("renamed chat")
+    expect(page.locator("#session-title")).to_have_text(hostile)
+    expect(page.locator("#session-list a[aria-current=page] .session-name")).to_have_text(hostile)
+    tool = timeline(page).locator('details[data-call-id="h1"]')
+    expect(tool.locator(".tool-name")).to_have_text(hostile)
+    tool.locator("summary").click()
+    expect(tool.locator("pre.arguments")).to_have_text(hostile)
+    expect(tool.locator("pre.result")).to_have_text(hostile)
+    expect(page.locator("#tasks .task-message")).to_have_text(hostile)
+    expect(timeline(page).locator("li.task-event").last).to_contain_text(f"50%: {hostile}")
     original = page.locator(f'#timeline li.user[data-seq="{first.seq}"]')
     expect(original.locator(".content")).to_have_text("corrected text")
     expect(original).to_contain_text(f"edited by #{first.seq + 2}")
@@ -226,11 +325,12 @@ def test_other_events_are_shown_and_their_text_stays_text(inspector: Browsing) -
     )
     timeline(page).locator("li.compacted details.summary summary").click()
     expect(timeline(page).locator("li.compacted")).to_contain_text("they asked about orders")
-    expect(timeline(page).locator("li.updated")).to_contain_text("renamed to “renamed chat”")
+    expect(timeline(page).locator("li.updated")).to_contain_text(f"renamed to “{hostile}”")
+    expect(page.locator("body img, body b, body script")).to_have_count(0)
     # Before the correction, the original text is shown, as text.
     page.get_by_label("Time travel").fill(str(first.seq))
     expect(original.locator(".content")).to_have_text(hostile)
-    expect(timeline(page).locator("img, b, script")).to_have_count(0)
+    expect(page.locator("body img, body b, body script")).to_have_count(0)
     assert page.evaluate("window.__owned") is None
 
 
@@ -292,12 +392,20 @@ def test_a_task_progress_bar_updates_live(inspector: Browsing) -> None:
     page = inspector.open(session_id)
     expect_live(page)
     server = inspector.server
-    task = post(server, f"/v1/sessions/{session_id}/tasks", {"type": task_type})
-    bar = page.get_by_role("progressbar", name=task_type)
+    tasks = [post(server, f"/v1/sessions/{session_id}/tasks", {"type": task_type}) for _ in "ab"]
+    # Two tasks of one type: each bar's name says which task it is.
+    bars = [
+        page.get_by_role("progressbar", name=f"{task_type}, task …{t['task_id'][-6:]}", exact=True)
+        for t in tasks
+    ]
+    for each in bars:
+        expect(each).to_have_count(1)
+    expect(page.locator("#tasks li.task-pending")).to_have_count(2)
+    claimed = post(server, "/v1/tasks/claim", {"worker": "w9", "types": [task_type]})
+    task = next(t for t in tasks if t["task_id"] == claimed["task_id"])
+    bar = bars[tasks.index(task)]
     card = page.locator(f'#tasks li[data-task-id="{task["task_id"]}"]')
     expect(bar).to_have_attribute("value", "0")
-    expect(card).to_contain_text("pending")
-    claimed = post(server, "/v1/tasks/claim", {"worker": "w9", "types": [task_type]})
     progress = f"/v1/tasks/{task['task_id']}/progress"
     post(server, progress, {"attempt": claimed["attempt"], "progress": 0.25})
     expect(bar).to_have_attribute("value", "25")
@@ -305,10 +413,58 @@ def test_a_task_progress_bar_updates_live(inspector: Browsing) -> None:
     post(server, progress, {"attempt": claimed["attempt"], "progress": 0.75, "message": "3 of 4"})
     expect(bar).to_have_attribute("value", "75")
     expect(card.locator(".task-message")).to_have_text("3 of 4")
+    expect(bar).to_have_accessible_description("3 of 4")
     complete = f"/v1/tasks/{task['task_id']}/complete"
     post(server, complete, {"attempt": claimed["attempt"], "output": {"rows": 4}})
     expect(bar).to_have_attribute("value", "100")
     expect(card).to_contain_text("completed")
+
+
+def test_the_focus_stays_on_a_control_that_an_update_rebuilds(inspector: Browsing) -> None:
+    parent = new_order_session(inspector)
+    with inspector.journal() as journal:
+        session_id = journal.fork(parent, at_seq=10).session_id  # seq 11: session_forked
+        journal.append(session_id, "user_message", {"content": "look it up"})  # seq 12
+        call = {"call_id": "f1", "name": "lookup", "arguments": "{}"}
+        journal.append(session_id, "tool_call", call)  # seq 13: a turn of its own
+    server = inspector.server
+    page = inspector.open(session_id)
+    expect_live(page)
+    # A live event changes the facts (the event count) but not the "Forked from" link.
+    forked_from = page.locator("#session-facts a")
+    forked_from.focus()
+    append(server, session_id, "user_message", {"content": "one"})  # seq 14
+    expect(page.locator("#session-facts")).to_contain_text("14")
+    expect(forked_from).to_be_focused()
+    # The open session's link in the sidebar is rebuilt: its event count changed.
+    link = page.locator("#session-list a[aria-current=page]")
+    link.focus()
+    append(server, session_id, "user_message", {"content": "two"})  # seq 15
+    expect(link).to_contain_text("15 events")
+    expect(link).to_be_focused()
+    # A tool call's result arrives while its (open) summary has the focus.
+    tool = timeline(page).locator('details[data-call-id="f1"]')
+    summary = tool.locator(":scope > summary")
+    summary.focus()
+    page.keyboard.press("Enter")
+    expect(tool.locator("pre.result")).to_have_count(0)
+    append(server, session_id, "tool_result", {"call_id": "f1", "content": "found"})  # seq 16
+    expect(summary).to_contain_text("#13 → #16")
+    expect(summary).to_be_focused()
+    expect(tool.locator("pre.result")).to_have_text("found")  # still open
+    # A turn's seq button travels to a point that rebuilds that turn.
+    turn = timeline(page).locator('li.assistant[data-seq="13"]')
+    seq = turn.get_by_role("button", name="Show the session as of event 13")
+    seq.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#travel-output")).to_have_text("event 13 of 16")
+    expect(summary).to_contain_text("waiting for result")
+    expect(seq).to_be_focused()
+    # "Back to live" disables itself: the slider, which moved with it, takes the focus.
+    page.get_by_role("button", name="Back to live").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#travel-output")).to_have_text("event 16 of 16 · live")
+    expect(page.get_by_label("Time travel")).to_be_focused()
 
 
 def test_the_stream_resumes_after_the_last_event_it_saw(
@@ -316,27 +472,109 @@ def test_the_stream_resumes_after_the_last_event_it_saw(
 ) -> None:
     db_path = tmp_path / "journal.db"
     with Journal.open(db_path) as journal:
-        session_id = order_session(journal)
+        session_id = order_session(journal)  # seq 1-10
     first = launch(db_path)
     servers = [first]
     try:
         browsing = browsing_factory(first)
         page = browsing.open(session_id)
         expect_live(page)
+        with Journal.open(db_path) as journal:
+            journal.append(session_id, "user_message", {"content": "seen live"})  # seq 11
+        expect(timeline(page).locator("li.user").last).to_contain_text("seen live")
         first.stop()
-        expect(page.locator("#live-state")).to_have_text("Reconnecting…")
+        expect(page.locator("#live-state")).to_have_attribute("data-state", "reconnecting")
         with Journal.open(db_path) as journal:
             journal.append(session_id, "user_message", {"content": "written while it was down"})
         servers.append(launch(db_path, port=first.port))
         expect(timeline(page).locator("li.user").last).to_contain_text("written while it was down")
         expect_live(page)
+        expect(page.locator("#travel-output")).to_have_text("event 12 of 12 · live")
         streams = [r for r in browsing.requests if r.url.endswith("/events/stream")]
-        assert len(streams) >= 2
-        assert {r.all_headers().get("last-event-id") for r in streams} == {"10"}
-        expect(timeline(page).locator("li.user")).to_have_count(3)
+        sent = [r.all_headers().get("last-event-id") for r in streams]
+        # The first asked for what followed the page's load; every later one, for what
+        # followed the last event it received live.
+        assert len(sent) >= 2, sent
+        assert sent[0] == "10", sent
+        assert set(sent[1:]) == {"11"}, sent
+        # Each event once: the top-level items are the events 1-12 (a turn is keyed by its
+        # first event: 5 holds the call, its result and the reply).
+        items = timeline(page).locator(":scope > li")
+        expect(items).to_have_count(10)
+        seqs = items.evaluate_all("(items) => items.map((li) => Number(li.dataset.seq))")
+        assert seqs == [1, 2, 3, 4, 5, 8, 9, 10, 11, 12], seqs
     finally:
         for running in servers:
             running.stop()
+
+
+def test_the_stream_backs_off_on_server_errors_and_recovers(inspector: Browsing) -> None:
+    session_id = new_order_session(inspector)
+    page = inspector.page
+    page.add_init_script(COUNT_ABORT_LISTENERS)
+    attempts: list[float] = []
+
+    def fail_three_times(route: Route) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) > 3:
+            route.continue_()
+            return
+        problem = {"title": "Internal Server Error", "status": 500}
+        route.fulfill(status=500, content_type="application/problem+json", json=problem)
+
+    page.route("**/events/stream", fail_three_times)
+    inspector.open(session_id)
+    expect(page.locator("#live-state")).to_contain_text(re.compile(r"Reconnecting.*HTTP 500"))
+    append(inspector.server, session_id, "user_message", {"content": "sent while it failed"})
+    expect_live(page)
+    expect(timeline(page).locator("li.user").last).to_contain_text("sent while it failed")
+    gaps = [later - earlier for earlier, later in itertools.pairwise(attempts[:4])]
+    # Waits of 1, 2 and 4 s: they double (a fixed delay would give three equal gaps).
+    assert gaps[2] > gaps[0] + 1.5, gaps
+    # Each wait removed its abort listener: only the open stream's one is left.
+    assert page.evaluate("window.__abortListeners()") == 1
+
+
+def test_a_stream_the_server_refuses_stops_and_says_why(inspector: Browsing) -> None:
+    session_id = new_order_session(inspector)
+    attempts: list[str] = []
+
+    def refuse(route: Route) -> None:
+        attempts.append(route.request.url)
+        problem = {"title": "Invalid request", "status": 422, "detail": "no such cursor"}
+        route.fulfill(status=422, content_type="application/problem+json", json=problem)
+
+    inspector.page.route("**/events/stream", refuse)
+    page = inspector.open(session_id)
+    state = page.locator("#live-state")
+    expect(state).to_have_text("Stopped following (HTTP 422): no such cursor")
+    expect(state).to_have_attribute("data-state", "closed")
+    page.wait_for_timeout(2500)  # longer than any retry delay: none comes
+    assert len(attempts) == 1, attempts
+    expect(timeline(page)).to_contain_text(ORDER_REPLY)  # what was loaded stays shown
+
+
+def test_switching_sessions_leaves_the_previous_one_behind(inspector: Browsing) -> None:
+    with inspector.journal() as journal:
+        first = order_session(journal)
+        second = journal.create_session("second chat").session_id
+    page = inspector.open(first)
+    expect_live(page)
+    page.evaluate(RECORD_ANNOUNCEMENTS)
+    # An event, and at once another session: the event's batched announcement (600 ms) is for
+    # a session no longer shown, and must not be spoken.
+    page.evaluate(SWITCH_WHEN_SHOWN, ["news of the first", f"#/sessions/{second}"])
+    first_stream = f"/v1/sessions/{first}/events/stream"
+    with page.expect_event("requestfailed", lambda r: r.url.endswith(first_stream)):
+        append(inspector.server, first, "user_message", {"content": "news of the first"})
+    expect(page.locator("#session-title")).to_have_text("second chat")
+    expect_live(page)
+    append(inspector.server, first, "user_message", {"content": "later news of the first"})
+    append(inspector.server, second, "user_message", {"content": "news of the second"})
+    expect(timeline(page).locator("li.user .content")).to_have_text(["news of the second"])
+    expect(timeline(page)).not_to_contain_text("of the first")
+    expect(page.locator("#announcer")).to_have_text("New user message (event 2)")
+    assert page.evaluate("window.__announced") == ["New user message (event 2)"]
 
 
 # -- time travel and forks --------------------------------------------------------------------
@@ -408,6 +646,32 @@ def test_fork_here_opens_a_session_with_the_events_up_to_that_point(inspector: B
     assert len(fork) == 11
 
 
+def test_a_fork_answered_after_another_session_was_opened_stays_out_of_the_way(
+    inspector: Browsing,
+) -> None:
+    with inspector.journal() as journal:
+        first = order_session(journal)
+        second = journal.create_session("second chat").session_id
+    held: list[Route] = []
+    inspector.page.route("**/fork", lambda route: held.append(route))  # answered later
+    page = inspector.open(first)
+    fork_button = page.get_by_role("button", name="Fork here")
+    fork_button.click()
+    expect(fork_button).to_be_disabled()
+    page.locator("#session-list a").filter(has_text=second).click()
+    expect(page.locator("#session-title")).to_have_text("second chat")
+    expect(fork_button).to_be_enabled()  # no fork of this session is waiting
+    assert len(held) == 1
+    with page.expect_response("**/fork") as answered:
+        held[0].continue_()
+    fork_id = answered.value.json()["session_id"]
+    expect(page.locator("#session-list a").filter(has_text=fork_id)).to_have_count(1)
+    page.wait_for_timeout(500)  # time for a wrong jump to the fork to happen
+    assert page.url.endswith(f"#/sessions/{second}")
+    expect(page.locator("#session-title")).to_have_text("second chat")
+    expect(fork_button).to_be_enabled()
+
+
 def test_a_fork_the_journal_refuses_is_explained(inspector: Browsing) -> None:
     session_id = new_order_session(inspector)
     page = inspector.open(session_id)
@@ -436,6 +700,8 @@ def test_with_api_keys_the_page_asks_for_one_and_never_puts_it_in_a_url(
     expect(page.locator("#auth-error")).to_have_text("The server did not accept that key.")
     page.get_by_label("API key", exact=True).fill(key)
     page.keyboard.press("Enter")
+    # The key's form is gone: the focus goes on to the sessions, not back to <body>.
+    expect(page.get_by_label("Search by title or id")).to_be_focused()
     link = page.locator("#session-list a").filter(has_text=session_id)
     link.focus()
     page.keyboard.press("Enter")
@@ -491,8 +757,11 @@ def test_landmarks_labels_and_keyboard_use(inspector: Browsing) -> None:
     expect(page.get_by_label("Time travel")).to_be_focused()
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline != "none"
+    # "Fork here" says where it forks.
+    assert accessible_description(page, "button", "Fork here") == "event 10 of 10 · live"
     page.keyboard.press("ArrowLeft")
     expect(page.locator("#travel-output")).to_have_text("event 9 of 10")
+    assert accessible_description(page, "button", "Fork here") == "event 9 of 10"
     expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
 
 

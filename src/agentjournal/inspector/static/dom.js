@@ -18,14 +18,39 @@ export function h(tag, props = {}, ...children) {
   return el;
 }
 
+const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+
+/**
+ * Where the focused `el` is inside `root`, in terms that survive a rebuild: the data-key of its
+ * nearest keyed ancestor (a <details>: keys are unique on the page), and its place among that
+ * ancestor's focusable elements. Rebuilt nodes are new elements, so identity cannot be used.
+ */
+function focusSpot(root, el) {
+  const keyed = el.closest("[data-key]");
+  const scope = keyed && root.contains(keyed) ? keyed : root;
+  const index = [...scope.querySelectorAll(FOCUSABLE)].indexOf(el);
+  return { key: scope === root ? null : scope.dataset.key, index };
+}
+
+/** The element of `root` at `spot`, else its first focusable element, else null. */
+function atSpot(root, { key, index }) {
+  const scope = key === null ? root : root.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  const inScope = scope ? [...scope.querySelectorAll(FOCUSABLE)] : [];
+  return inScope[index] ?? inScope.at(-1) ?? root.querySelector(FOCUSABLE);
+}
+
 /**
  * Shows `items` in `container` in order, reusing the element of an item whose version did not
- * change, and moving nothing that stays in place: focus and open <details> survive updates.
+ * change. An item whose version changed is rebuilt; if it held the focus, the focus moves to the
+ * same control in the new element (else it would fall back to <body> and a keyboard user would
+ * start again from the top). Open <details> survive through details() below.
  */
 export function keyedList(container, items, keyOf, versionOf, build) {
   const cache = container.keyedCache ?? new Map();
   const next = new Map();
   const fresh = [];
+  const focused = document.activeElement;
+  let refocus = null;
   const nodes = items.map((item) => {
     const key = keyOf(item);
     const version = versionOf(item);
@@ -37,9 +62,16 @@ export function keyedList(container, items, keyOf, versionOf, build) {
     const node = build(item);
     next.set(key, { version, node });
     fresh.push(node);
+    if (cached && cached.node.contains(focused)) {
+      refocus = { node, spot: focusSpot(cached.node, focused) };
+    }
     return node;
   });
   container.keyedCache = next;
+  // Out first, so that the nodes kept are not in the way: each new node is then inserted at its
+  // place, and the kept ones after it stay where they are (moving a node drops its focus).
+  const kept = new Set(nodes);
+  for (const child of [...container.childNodes]) if (!kept.has(child)) child.remove();
   let cursor = container.firstChild;
   for (const node of nodes) {
     if (cursor === node) {
@@ -48,10 +80,10 @@ export function keyedList(container, items, keyOf, versionOf, build) {
       container.insertBefore(node, cursor);
     }
   }
-  while (cursor) {
-    const after = cursor.nextSibling;
-    cursor.remove();
-    cursor = after;
+  // preventScroll: the control is where it was; scrolling to it would make the page jump.
+  if (document.activeElement !== focused) {
+    const target = focused?.isConnected ? focused : refocus && atSpot(refocus.node, refocus.spot);
+    target?.focus({ preventScroll: true });
   }
   return fresh;
 }

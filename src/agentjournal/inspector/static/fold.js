@@ -1,6 +1,6 @@
 // Pure folds of a session's events (seq 1..N, in order) into what the page shows: the timeline
-// as a person reads a chat, and the tasks. No DOM here. `upto` is the time-travel point: only
-// events with seq <= upto count, so the page shows the session as it was after that event.
+// as a person reads a chat, and the tasks. No DOM here. The time-travel point `upto` is the last
+// event folded: the page shows the session as it was after that event.
 
 const MESSAGE_ROLES = {
   user_message: "user",
@@ -9,103 +9,132 @@ const MESSAGE_ROLES = {
 };
 
 /**
- * Timeline items, in order. Kinds: "user" and "system" (a message), "assistant" (one turn:
- * its texts and tool calls in order, each call with its result, wherever that was appended),
- * "correction", "compacted", "created", "updated", "forked", "task", "event" (anything else,
- * including namespaced custom events). Each item has a stable `key` and a `version` that
- * changes whenever anything it shows changes.
+ * A session's events folded, one at a time and in seq order, into what the page shows as of the
+ * last one pushed: `items`, the timeline as a person reads a chat, and `tasks()`. Pushing one
+ * live event costs the same however long the session is; time travel folds afresh.
+ *
+ * Item kinds: "user" and "system" (a message), "assistant" (one turn: its texts and tool calls
+ * in order, each call with its result, wherever that was appended), "correction", "compacted",
+ * "created", "updated", "forked", "task", "event" (anything else, including namespaced custom
+ * events). Each item has a stable `key`, and `events`, the events it shows: they only ever grow,
+ * so their count versions the item.
+ *
+ * `isTask(task_id)` says which task ids are this session's own: a fork copies its parent's task
+ * events, but those create no tasks in the fork.
  */
-export function buildItems(events, upto) {
-  const items = [];
-  const messages = new Map(); // seq of an original message -> the item or part showing it
-  const calls = new Map(); // call_id -> {call, result, turn}
-  const taskTypes = new Map();
-  let turn = null;
+export class Fold {
+  constructor(isTask) {
+    this.isTask = isTask;
+    this.items = [];
+    this.messages = new Map(); // seq of an original message -> the item or part showing it
+    this.calls = new Map(); // call_id -> the turn's part showing the call
+    this.taskTypes = new Map();
+    this.taskMap = new Map();
+    this.turn = null;
+  }
 
-  const add = (item) => {
+  /** The fold of the events with seq <= upto. */
+  static of(events, upto, isTask) {
+    const fold = new Fold(isTask);
+    for (const event of events) {
+      if (event.seq > upto) break;
+      fold.push(event);
+    }
+    return fold;
+  }
+
+  /** The session's tasks as of the last event pushed, as the journal's projection has them. */
+  tasks() {
+    return [...this.taskMap.values()];
+  }
+
+  push(event) {
+    this.pushItem(event);
+    if (event.type.startsWith("task_")) this.pushTask(event);
+  }
+
+  add(item) {
     item.events = item.events ?? [item.event];
-    items.push(item);
+    this.items.push(item);
     return item;
-  };
-  const startTurn = (event) =>
-    add({ kind: "assistant", key: `turn:${event.seq}`, seq: event.seq, parts: [], events: [] });
+  }
 
-  for (const event of events) {
-    if (event.seq > upto) break;
+  startTurn(event) {
+    this.turn = this.add({
+      kind: "assistant",
+      key: `turn:${event.seq}`,
+      seq: event.seq,
+      parts: [],
+      events: [],
+    });
+    return this.turn;
+  }
+
+  pushItem(event) {
     const payload = event.payload ?? {};
     const role = MESSAGE_ROLES[event.type];
     if (role && payload.supersedes !== undefined) {
-      const original = messages.get(payload.supersedes);
+      const original = this.messages.get(payload.supersedes);
       if (original) {
         original.content = String(payload.content ?? "");
         original.editedSeq = event.seq;
         original.owner.events.push(event);
       }
-      add({
+      this.add({
         kind: "correction",
         key: `correction:${event.seq}`,
         event,
         target: payload.supersedes,
       });
-      turn = null;
+      this.turn = null;
     } else if (role === "assistant") {
-      if (turn === null || turn.parts.at(-1)?.kind === "text") turn = startTurn(event);
+      let turn = this.turn;
+      if (turn === null || turn.parts.at(-1)?.kind === "text") turn = this.startTurn(event);
       const part = { kind: "text", event, content: String(payload.content ?? ""), owner: turn };
       turn.parts.push(part);
       turn.events.push(event);
-      messages.set(event.seq, part);
+      this.messages.set(event.seq, part);
       if (payload.usage) turn.usage = payload.usage;
     } else if (role) {
-      const item = add({ kind: role, key: `message:${event.seq}`, event });
+      const item = this.add({ kind: role, key: `message:${event.seq}`, event });
       item.content = String(payload.content ?? "");
       item.owner = item;
-      messages.set(event.seq, item);
-      turn = null;
+      this.messages.set(event.seq, item);
+      this.turn = null;
     } else if (event.type === "tool_call") {
-      if (turn === null) turn = startTurn(event);
+      const turn = this.turn ?? this.startTurn(event);
       const part = { kind: "call", call: event, result: null, owner: turn };
       turn.parts.push(part);
       turn.events.push(event);
-      calls.set(payload.call_id, part);
-    } else if (event.type === "tool_result" && calls.has(payload.call_id)) {
-      const part = calls.get(payload.call_id);
+      this.calls.set(payload.call_id, part);
+    } else if (event.type === "tool_result" && this.calls.has(payload.call_id)) {
+      const part = this.calls.get(payload.call_id);
       part.result = event;
       part.owner.events.push(event);
     } else if (event.type === "context_compacted") {
-      add({ kind: "compacted", key: `event:${event.seq}`, event });
-      turn = null;
+      this.add({ kind: "compacted", key: `event:${event.seq}`, event });
+      this.turn = null;
     } else if (event.type === "session_created") {
-      add({ kind: "created", key: `event:${event.seq}`, event });
+      this.add({ kind: "created", key: `event:${event.seq}`, event });
     } else if (event.type === "session_updated") {
-      add({ kind: "updated", key: `event:${event.seq}`, event });
+      this.add({ kind: "updated", key: `event:${event.seq}`, event });
     } else if (event.type === "session_forked") {
-      add({ kind: "forked", key: `event:${event.seq}`, event });
+      this.add({ kind: "forked", key: `event:${event.seq}`, event });
     } else if (event.type.startsWith("task_")) {
-      if (event.type === "task_created") taskTypes.set(payload.task_id, payload.type);
-      const taskType = taskTypes.get(payload.task_id) ?? "task";
-      add({ kind: "task", key: `event:${event.seq}`, event, taskType });
+      if (event.type === "task_created") this.taskTypes.set(payload.task_id, payload.type);
+      const taskType = this.taskTypes.get(payload.task_id) ?? "task";
+      this.add({ kind: "task", key: `event:${event.seq}`, event, taskType });
     } else {
-      add({ kind: "event", key: `event:${event.seq}`, event });
+      this.add({ kind: "event", key: `event:${event.seq}`, event });
     }
   }
-  for (const item of items) item.version = `${item.key}@${item.events.map((e) => e.seq)}`;
-  return items;
-}
 
-/**
- * The session's tasks as of `upto`, folded from task_* events as the journal's projection does.
- * `isTask(task_id)` says which task ids are this session's own: a fork copies its parent's task
- * events, but those create no tasks in the fork.
- */
-export function foldTasks(events, upto, isTask) {
-  const tasks = new Map();
-  for (const event of events) {
-    if (event.seq > upto) break;
-    if (!event.type.startsWith("task_")) continue;
+  /** A task_* event, folded as the journal's projection does; `updated_seq` versions a task. */
+  pushTask(event) {
     const payload = event.payload ?? {};
-    if (!isTask(payload.task_id)) continue;
+    if (!this.isTask(payload.task_id)) return;
     if (event.type === "task_created") {
-      tasks.set(payload.task_id, {
+      this.taskMap.set(payload.task_id, {
         task_id: payload.task_id,
         type: payload.type,
         input: payload.input ?? null,
@@ -122,10 +151,10 @@ export function foldTasks(events, upto, isTask) {
         created_seq: event.seq,
         updated_seq: event.seq,
       });
-      continue;
+      return;
     }
-    const task = tasks.get(payload.task_id);
-    if (!task) continue;
+    const task = this.taskMap.get(payload.task_id);
+    if (!task) return;
     task.updated_seq = event.seq;
     if (event.type === "task_started") {
       Object.assign(task, {
@@ -150,7 +179,6 @@ export function foldTasks(events, upto, isTask) {
       });
     }
   }
-  return [...tasks.values()];
 }
 
 /** A short description of an event, for announcements and the slider's value text. */

@@ -11,7 +11,7 @@ import {
   sessionPath,
   url,
 } from "./api.js";
-import { buildItems, describe, foldTasks } from "./fold.js";
+import { describe, Fold } from "./fold.js";
 import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
 import { SessionList } from "./sessions.js";
@@ -32,7 +32,6 @@ const sessions = new SessionList(
 );
 let current = null; // the open session: see openSession()
 let generation = 0; // bumped whenever another session is opened, so late answers are dropped
-let forking = false;
 
 // ---- views and messages ------------------------------------------------------------------
 
@@ -67,6 +66,12 @@ function announce(text) {
   }, 600);
 }
 
+/** Drops a batch not yet announced: it would speak of a session no longer shown. */
+function dropAnnouncement() {
+  clearTimeout(announcement.timer);
+  announcement = { count: 0, last: "", timer: null };
+}
+
 // ---- authentication ----------------------------------------------------------------------
 
 function askForKey() {
@@ -97,6 +102,8 @@ async function useKey(event) {
   $("auth-error").textContent = "";
   $("api-key").value = "";
   showView("welcome");
+  // The key's field is hidden now: without this the focus would fall back to <body>.
+  $("session-search").focus();
   await loadSessions();
   route();
 }
@@ -117,8 +124,9 @@ function closeSession() {
   generation += 1;
   current?.stream?.close();
   current = null;
+  dropAnnouncement();
   // Item keys are seqs, the same in every session: another session's elements must not be reused.
-  for (const id of ["timeline", "tasks"]) {
+  for (const id of ["timeline", "tasks", "session-facts"]) {
     $(id).keyedCache = null;
     $(id).replaceChildren();
   }
@@ -135,7 +143,6 @@ async function openSession(id) {
   showView("session");
   $("session-title").textContent = "Loading…";
   for (const control of ["travel", "travel-live", "fork"]) $(control).disabled = true;
-  $("session-facts").replaceChildren();
   $("live-state").textContent = "";
   let session, events, tasks;
   try {
@@ -164,6 +171,7 @@ async function openSession(id) {
   }
   if (mine !== generation) return;
   const last = events.length ? events.at(-1).seq : 0;
+  const taskIds = new Set(tasks.map((t) => t.task_id));
   current = {
     id,
     session,
@@ -171,8 +179,10 @@ async function openSession(id) {
     last,
     upto: last,
     following: true,
-    taskIds: new Set(tasks.map((t) => t.task_id)),
+    taskIds,
+    fold: Fold.of(events, last, (taskId) => taskIds.has(taskId)), // the events up to `upto`
     open: new Set(),
+    forking: false, // a fork of this session is being made: its button waits
     stream: null,
   };
   sessions.update(session);
@@ -187,15 +197,26 @@ async function openSession(id) {
   });
 }
 
+/** The stream's state in words; `detail` is sse.js's (why it waits or stopped). */
+function liveStateText(state, detail = {}) {
+  if (state === "connecting") return "Connecting…";
+  if (state === "live") return "Live";
+  if (state === "reconnecting") {
+    const why = detail.status ? ` (HTTP ${detail.status})` : detail.error ? " (no connection)" : "";
+    if (detail.delayMs === undefined) return `Reconnecting…${why}`;
+    return `Reconnecting in ${Math.ceil(detail.delayMs / 1000)} s…${why}`;
+  }
+  if (detail.reason === "gone") return "Stream closed: the session is gone";
+  if (detail.status) {
+    const problem = detail.detail || detail.title;
+    return `Stopped following (HTTP ${detail.status})${problem ? `: ${problem}` : ""}`;
+  }
+  return "Not following";
+}
+
 function showLiveState(state, detail) {
   const el = $("live-state");
-  const text = {
-    connecting: "Connecting…",
-    live: "Live",
-    reconnecting: "Reconnecting…",
-    closed: detail === "gone" ? "Stream closed: the session is gone" : "Not following",
-  }[state];
-  el.textContent = text;
+  el.textContent = liveStateText(state, detail);
   el.dataset.state = state;
 }
 
@@ -211,7 +232,6 @@ function receive(frame) {
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
   current.events.push(event);
   current.last = event.seq;
-  if (current.following) current.upto = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
   session.event_count += 1;
@@ -221,6 +241,11 @@ function receive(frame) {
   if (event.type === "task_created" && event.seq > (session.forked_at_seq ?? 0)) {
     current.taskIds.add(event.payload.task_id);
   }
+  // At live, the one new event is folded in: no refold of the whole session per event.
+  if (current.following) {
+    current.upto = event.seq;
+    current.fold.push(event);
+  }
   sessions.update(session);
   const fresh = renderSession();
   for (const node of fresh) node.classList.add("fresh");
@@ -229,27 +254,32 @@ function receive(frame) {
     window.scrollTo({ top: document.documentElement.scrollHeight });
 }
 
-function fact(name, ...value) {
-  return h("div", {}, h("dt", {}, name), h("dd", {}, ...value));
+/** One fact: [name, text, value()], where value() builds richer content than the text. */
+function fact([name, text, value]) {
+  return h("div", {}, h("dt", {}, name), h("dd", {}, value ? value() : text));
+}
+
+function renderFacts(session, last) {
+  const { forked_from: from, forked_at_seq: at } = session;
+  const facts = [
+    ["Session", session.session_id, () => h("code", {}, session.session_id)],
+    ["Status", session.status],
+    session.model ? ["Model", session.model] : null,
+    ["Events", String(last)],
+    session.prompt_tokens || session.completion_tokens
+      ? ["Tokens", `${session.prompt_tokens} in · ${session.completion_tokens} out`]
+      : null,
+    from ? ["Forked from", `${from} at #${at}`, () => [sessionLink(from), ` at #${at}`]] : null,
+    ["Created", formatDateTime(session.created_at)],
+  ];
+  // Keyed, so that a live event replaces only the facts it changed (a focused link stays).
+  keyedList($("session-facts"), facts.filter(Boolean), ([name]) => name, ([, text]) => text, fact);
 }
 
 function renderSession() {
   const { session, events, last, upto, following } = current;
   $("session-title").textContent = session.title || "(untitled)";
-  const facts = [
-    fact("Session", h("code", {}, session.session_id)),
-    fact("Status", session.status),
-    session.model ? fact("Model", session.model) : null,
-    fact("Events", String(last)),
-    session.prompt_tokens || session.completion_tokens
-      ? fact("Tokens", `${session.prompt_tokens} in · ${session.completion_tokens} out`)
-      : null,
-    session.forked_from
-      ? fact("Forked from", sessionLink(session.forked_from), ` at #${session.forked_at_seq}`)
-      : null,
-    fact("Created", formatDateTime(session.created_at)),
-  ];
-  $("session-facts").replaceChildren(...facts.filter(Boolean));
+  renderFacts(session, last);
 
   const slider = $("travel");
   slider.max = String(Math.max(1, last));
@@ -258,16 +288,17 @@ function renderSession() {
   const where = `event ${upto} of ${last}`;
   slider.setAttribute("aria-valuetext", `${where}: ${describe(events[upto - 1])}`);
   $("travel-output").textContent = following ? `${where} · live` : where;
+  // A disabled button loses the focus to <body>: hand it to the slider, which did the same.
+  if (following && document.activeElement === $("travel-live")) slider.focus();
   $("travel-live").disabled = following;
-  $("fork").disabled = forking;
+  $("fork").disabled = current.forking;
 
   const ctx = { open: current.open, travelTo, sessionLink };
-  const items = buildItems(events, upto);
   const fresh = keyedList(
     $("timeline"),
-    items,
+    current.fold.items,
     (i) => i.key,
-    (i) => i.version,
+    (i) => i.events.length,
     (i) => renderItem(ctx, i),
   );
   const hidden = last - upto;
@@ -275,7 +306,7 @@ function renderSession() {
     ? `${hidden} later event${hidden === 1 ? "" : "s"} hidden: move the slider or press “Back to live”.`
     : "";
 
-  const tasks = foldTasks(events, upto, (id) => current.taskIds.has(id));
+  const tasks = current.fold.tasks();
   $("tasks-heading").textContent = following ? "Tasks" : `Tasks as of event ${upto}`;
   if (tasks.length === 0) {
     $("tasks").keyedCache = null;
@@ -286,7 +317,7 @@ function renderSession() {
       $("tasks"),
       tasks,
       (t) => t.task_id,
-      (t) => JSON.stringify(t),
+      (t) => t.updated_seq,
       (t) => renderTask(ctx, t),
     );
   }
@@ -295,26 +326,35 @@ function renderSession() {
 
 function travelTo(seq) {
   if (!current) return;
+  const { events, taskIds } = current;
   current.upto = Math.max(1, Math.min(seq, current.last));
   current.following = current.upto === current.last;
+  current.fold = Fold.of(events, current.upto, (taskId) => taskIds.has(taskId));
   renderSession();
 }
 
 async function forkHere() {
-  if (!current) return;
-  const { id, upto } = current;
-  forking = true;
+  if (!current || current.forking) return;
+  const mine = generation;
+  const forked = current; // the session being forked: another may be open when the fork answers
+  const { id, upto } = forked;
+  forked.forking = true;
   $("fork").disabled = true;
   try {
     const fork = await api(sessionPath(id, "/fork"), { method: "POST", body: { at_seq: upto } });
-    announce(`Forked at event ${upto} into ${fork.title || fork.session_id}`);
-    await loadSessions();
+    await loadSessions(); // the list shows the fork, whichever session is open by now
+    // Opened another session meanwhile: the user went there, so the page stays there.
+    if (mine !== generation) return;
     location.hash = `#/sessions/${encodeURIComponent(fork.session_id)}`;
+    // Now, not batched: opening the fork drops the batch of the session it leaves.
+    dropAnnouncement();
+    $("announcer").textContent = `Forked at event ${upto} into ${fork.title || fork.session_id}`;
   } catch (error) {
+    if (mine !== generation) return;
     if (!(error instanceof ApiError && error.status === 401)) showProblem(error);
   } finally {
-    forking = false;
-    $("fork").disabled = current === null;
+    forked.forking = false;
+    if (current === forked) $("fork").disabled = false;
   }
 }
 

@@ -232,17 +232,20 @@ export function renderItem(ctx, item) {
   }
 }
 
+/** The last characters of a task id: its random part, enough to tell two tasks apart. */
+const shortId = (taskId) => String(taskId).slice(-6);
+
 /** The <li> of one task: its type, status and a progress bar. */
 export function renderTask(ctx, task) {
   const value = percent(task.progress);
-  const labelId = `task-label-${task.task_id}`;
+  const messageId = `task-message-${task.task_id}`;
   return h(
     "li",
     { class: `task task-${task.status}`, dataset: { taskId: task.task_id } },
     h(
       "div",
       { class: "task-head" },
-      h("span", { class: "task-type", id: labelId }, String(task.type)),
+      h("span", { class: "task-type" }, String(task.type)),
       h("span", { class: `badge badge-${task.status}` }, task.status),
     ),
     h(
@@ -250,7 +253,9 @@ export function renderTask(ctx, task) {
       {
         max: "100",
         value: String(value),
-        "aria-labelledby": labelId,
+        // Named by its type and id: two tasks of one type must not have the same name.
+        "aria-label": `${task.type}, task …${shortId(task.task_id)}`,
+        "aria-describedby": task.message ? messageId : null,
         "aria-valuetext": `${value}%`,
       },
       `${value}%`,
@@ -259,7 +264,9 @@ export function renderTask(ctx, task) {
       "div",
       { class: "task-line" },
       h("span", { class: "pct" }, `${value}%`),
-      task.message ? h("span", { class: "task-message" }, String(task.message)) : null,
+      task.message
+        ? h("span", { class: "task-message", id: messageId }, String(task.message))
+        : null,
     ),
     h(
       "p",

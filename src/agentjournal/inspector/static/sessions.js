@@ -69,9 +69,11 @@ export class SessionList {
     );
     const loaded = this.sessions.length;
     const more = this.nextCursor ? " (more to load)" : "";
-    this.el.count.textContent = search
+    const count = search
       ? `${shown.length} of ${loaded} loaded sessions match${more}`
       : `${loaded} session${loaded === 1 ? "" : "s"}${more}`;
+    // A live region speaks on every write, even of the same text: write only what changed.
+    if (this.el.count.textContent !== count) this.el.count.textContent = count;
     this.el.more.hidden = !this.nextCursor;
   }
 

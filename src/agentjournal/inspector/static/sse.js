@@ -63,33 +63,53 @@ export class SseParser {
   }
 }
 
+/** Waits `ms`, or less if `signal` aborts; either way it leaves no listener behind. */
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
   });
 
+/** An answer that may change if asked again: 408 Request Timeout, 429 Too Many Requests, 5xx. */
+const transient = (status) => status === 408 || status === 429 || status >= 500;
+
+/** The problem+json's title and detail, when the answer has them. */
+async function problemOf(response) {
+  try {
+    const { title, detail } = await response.json();
+    return { title, detail };
+  } catch {
+    return {}; // not problem+json: the status says enough
+  }
+}
+
 /**
- * Follows an SSE endpoint until closed: reconnects after the server's `retry:` delay, sending
- * `Last-Event-ID` with the last id seen, so nothing is missed and nothing repeats.
+ * Follows an SSE endpoint until closed: reconnects sending `Last-Event-ID` with the last id
+ * seen, so nothing is missed and nothing repeats. The first wait is the server's `retry:` delay
+ * (`retryMs` until it sent one); each failure in a row doubles it, up to `maxRetryMs`; a
+ * connection that opens starts again from the first wait.
  *
  * options: headers() -> the auth headers for each attempt; lastEventId; onEvent({type, data,
- * id}); onState("connecting" | "live" | "reconnecting" | "closed", detail); onUnauthorized().
+ * id}); onState(name, detail); onUnauthorized(). The states: "connecting"; "live";
+ * "reconnecting" with {status (the HTTP answer, if any), error (no connection), delayMs (the
+ * wait before the next attempt; absent during it)}; "closed" with {reason: "unauthorized" |
+ * "gone" | "refused" (a 4xx that asking again will not change, with status, title, detail)},
+ * or without detail when close() was called.
  * A stream that sends nothing, not even a heartbeat, for `idleMs` is dropped and reopened.
  */
 export function followStream(url, options) {
   const controller = new AbortController();
   const { signal } = controller;
   const idleMs = options.idleMs ?? 45000;
+  const maxRetryMs = options.maxRetryMs ?? 30000;
   let lastEventId = options.lastEventId ?? "";
-  let retryMs = options.retryMs ?? 2000;
+  let retryMs = options.retryMs ?? 1000;
+  let failures = 0; // in a row, since the last connection that opened
   const state = (name, detail) => options.onState?.(name, detail);
 
   async function readOnce() {
@@ -101,15 +121,20 @@ export function followStream(url, options) {
     let idle = setTimeout(abort, idleMs);
     try {
       const response = await fetch(url, { headers, signal: attempt.signal, cache: "no-store" });
-      if (response.status === 401) return "unauthorized";
-      if (response.status === 404) return "gone";
-      if (!response.ok || !response.body) return "retry";
+      const { status } = response;
+      if (status === 401) return { kind: "unauthorized" };
+      if (status === 404) return { kind: "gone" };
+      if (status >= 400 && !transient(status)) {
+        return { kind: "refused", status, ...(await problemOf(response)) };
+      }
+      if (!response.ok || !response.body) return { kind: "retry", status };
+      failures = 0;
       state("live");
       const parser = new SseParser();
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) return "retry";
+        if (done) return { kind: "retry" };
         clearTimeout(idle);
         idle = setTimeout(abort, idleMs);
         for (const event of parser.push(value)) {
@@ -119,8 +144,8 @@ export function followStream(url, options) {
         if (parser.retry !== null) retryMs = parser.retry;
       }
     } catch (error) {
-      if (signal.aborted) return "closed";
-      return "retry";
+      if (signal.aborted) return { kind: "closed" };
+      return { kind: "retry", error: String(error.message || error) };
     } finally {
       clearTimeout(idle);
       signal.removeEventListener("abort", abort);
@@ -132,17 +157,26 @@ export function followStream(url, options) {
     while (!signal.aborted) {
       const outcome = await readOnce();
       if (signal.aborted) break;
-      if (outcome === "unauthorized") {
-        state("closed", "unauthorized");
+      if (outcome.kind === "unauthorized") {
+        state("closed", { reason: "unauthorized" });
         options.onUnauthorized?.();
         return;
       }
-      if (outcome === "gone") {
-        state("closed", "gone");
+      if (outcome.kind === "gone") {
+        state("closed", { reason: "gone" });
         return;
       }
-      state("reconnecting");
-      await sleep(retryMs, signal);
+      if (outcome.kind === "refused") {
+        const { status, title, detail } = outcome;
+        state("closed", { reason: "refused", status, title, detail });
+        return;
+      }
+      const why = { status: outcome.status, error: outcome.error };
+      const delayMs = Math.min(maxRetryMs, retryMs * 2 ** failures);
+      failures += 1;
+      state("reconnecting", { ...why, delayMs });
+      await sleep(delayMs, signal);
+      if (!signal.aborted) state("reconnecting", why);
     }
     state("closed");
   })();
