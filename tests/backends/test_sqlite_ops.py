@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,43 @@ def test_the_wal_comes_back_under_the_limit_after_a_long_reader_lets_go(tmp_path
             time.sleep(0.05)
         assert wal_size(path) <= LIMIT
         assert storage.wal.stats.checkpoints >= 1
+        assert journal.verify().ok
+
+
+def test_readers_that_overlap_do_not_keep_the_wal_from_coming_back(tmp_path: Path) -> None:
+    # Each reader begins again the moment it ends, so one is always reading: SQLite's own
+    # checkpoint never finds a moment to rewind the WAL, and a reader can retake the lock a
+    # TRUNCATE checkpoint is waiting for (bench/wal_bench.py, "overlapping reads").
+    path = tmp_path / "overlapped.db"
+    storage = SQLiteStorage(path, wal_limit_bytes=LIMIT)
+    stop = threading.Event()
+
+    def read(slot: int) -> None:
+        stop.wait(slot * 0.01)
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            while not stop.is_set():
+                conn.execute("BEGIN")
+                conn.execute("SELECT count(*) FROM events").fetchone()
+                stop.wait(0.02)
+                conn.execute("COMMIT")
+
+    with Journal(storage) as journal:
+        sid = journal.create_session("overlapped").session_id
+        readers = [threading.Thread(target=read, args=(n,)) for n in range(2)]
+        for thread in readers:
+            thread.start()
+        sizes = []
+        try:
+            for _ in range(200):
+                journal.append_many(sid, big_batch(100))  # ~50 KB a commit
+                sizes.append(wal_size(path))
+        finally:
+            stop.set()
+            for thread in readers:
+                thread.join()
+        assert storage.wal is not None
+        assert storage.wal.stats.checkpoints >= 5
+        assert max(sizes) <= 2 * LIMIT, sizes
         assert journal.verify().ok
 
 

@@ -9,11 +9,11 @@ commit's fsyncs) and, past the limit, runs a TRUNCATE checkpoint: it waits brief
 readers of old snapshots (new readers read the database file once everything is copied back),
 then empties the WAL. If one holds on (a long read transaction: no checkpoint can pass its
 snapshot), it gives up and tries again later, backing off from a tenth of a second to 8 seconds,
-so writers wait at most that brief wait, and rarely. A reader that begins again the moment it
-ends can take back the lock a checkpoint is waiting for, so an attempt can fail with only short
-readers about; the first retry comes soon, and it has less to copy (measured in
-bench/wal_bench.py, "overlapping reads"). `journal_size_limit` makes SQLite's own
-rewinds shrink the file as well.
+so a commit waits at most a few such waits, and rarely. A reader that begins again the moment it
+ends can take back the lock a checkpoint is waiting for, so a try can fail with only short
+readers about; one that got further than the last is tried again at once (measured in
+bench/wal_bench.py, "overlapping reads"). `journal_size_limit` makes SQLite's own rewinds shrink
+the file as well.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ DEFAULT_WAL_LIMIT_BYTES: Final = 32 * 1024 * 1024
 CHECKPOINT_WAIT_MS: Final = 100
 FIRST_BACKOFF_S: Final = 0.1
 MAX_BACKOFF_S: Final = 8.0
+TRIES: Final = 3  # at once, while each gets further than the last
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class WalLimit:
         self.stats = WalStats()
         self._backoff = 0.0
         self._not_before = 0.0
+        self._stuck_at: int | None = None  # frames a failed try had copied back
 
     def configure(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA journal_size_limit = {self.limit_bytes}")
@@ -75,13 +77,29 @@ class WalLimit:
         """Checkpoint and empty the WAL; False if a reader kept it from finishing in time."""
         conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
         try:
-            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        except sqlite3.OperationalError:
-            busy = 1
+            for _ in range(TRIES):
+                busy, copied = self._checkpoint(conn)
+                # A try that got further than the last one was held up by readers that have
+                # moved on since (they overlap, and one retakes the lock the checkpoint waits
+                # for): try again at once. Stuck at the same frame, a reader's snapshot pins it
+                # (a long read): back off.
+                if not busy or copied == self._stuck_at:
+                    break
+                self._stuck_at = copied
         finally:
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
         if busy:
             self.stats.busy += 1
             return False
+        self._stuck_at = None
         self.stats.checkpoints += 1
         return True
+
+    @staticmethod
+    def _checkpoint(conn: sqlite3.Connection) -> tuple[bool, int]:
+        """(busy, frames copied back into the database), as `wal_checkpoint` reports them."""
+        try:
+            busy, _, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError:
+            return True, -1
+        return bool(busy), copied
