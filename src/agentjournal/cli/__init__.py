@@ -2,7 +2,7 @@
 
 `service` (demo, serve, keys), `sessions` (sessions, show, replay, tail, compact, purge),
 `data` (verify, backup, restore, export, import) and `bench`; `common` holds the options and the
-exit codes they share.
+exit codes they share, `render` how sessions, events and tasks are printed.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ and exit codes a script can trust (0 done, 1 problems found or nothing matched, 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -96,10 +95,6 @@ def print_json(value: Any) -> None:
     """One JSON document on one line (also for streams: one line per item)."""
     console.file.write(json.dumps(value, ensure_ascii=False) + "\n")
     console.file.flush()
-
-
-def default_db() -> str:
-    return os.environ.get("AGENTJOURNAL_DB", "agent.db")
 
 
 def local_time(ms: int) -> str:
