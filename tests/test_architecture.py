@@ -73,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
         "rules",
     },
     "appends": {"backends", "errors", "events", "rules"},
-    "keys": {"backends", "errors"},
+    "keys": {"arguments", "backends", "errors"},
     # Export and import sit on the library's face and append through the same rules.
     "transfer": {"appends", "arguments", "backends", "errors", "events", "journal"},
     "tasks": {"errors", "projection"},

@@ -24,7 +24,9 @@ from server.conftest import RunningServer, create_keys, launch
 expect.set_options(timeout=20_000)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API runs an event loop in the main thread while it
+# is open, and every later test that calls asyncio.run() would find it running.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     require_chromium()
     with sync_playwright() as playwright:
