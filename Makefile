@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -36,6 +36,9 @@ bench-ops: $(STAMP)  # the WAL under 1,000,000 events; export/import of 1,000,00
 
 bench-postgres: $(STAMP)  # needs a PostgreSQL: --url, default postgresql://127.0.0.1:5432/test
 	$(BIN)/python bench/postgres_bench.py
+
+bench-feed: $(STAMP)  # the PostgreSQL feed under stress writers: every event once, in order
+	$(BIN)/python bench/feed_stress.py --seconds 300
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

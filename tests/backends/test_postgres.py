@@ -286,6 +286,47 @@ def test_gap_a_reader_resuming_after_its_last_position_gets_every_event_once(sch
         assert report.ok, report.to_dict()
 
 
+def test_positions_order_as_numbers_where_transaction_ids_cross_a_power_of_ten(
+    schema: str,
+) -> None:
+    """The feed, the session list and the open turns order by (tx, event_id) as numbers. They once
+    ordered by the text the xid8 column is read as (an ORDER BY name meant the output column
+    `tx::text`), so a page holding transaction 999 and 1000 put '1000' first: the reader resumed
+    after it and read 999's events twice or never, and the model test saw ids [.., 1162, 1158].
+    Only a server whose transaction counter crosses a power of ten shows it, so here the events
+    get such ids directly: the owner switches the trigger that sets tx off in this schema (ids
+    long past on any server, so the feed shows them at once) and inserts rows of its own."""
+    txs = [1000, 999, 100_000, 10_000, 9_999]  # inserted in this order: event_ids ascend so
+    with Journal.open(url(schema)) as journal, closing(connect(schema)) as raw:
+        raw.execute("ALTER TABLE events DISABLE TRIGGER events_take_tx")
+        for n, tx in enumerate(txs):
+            sid = f"tx{tx}"
+            raw.execute(
+                "INSERT INTO sessions (session_id, tenant, created_at, updated_at, turn_open)"
+                " VALUES (%s, 'default', %s, %s, true)",
+                (sid, n, n),
+            )
+            raw.execute(
+                "INSERT INTO events (tx, tenant, session_id, seq, type, payload, created_at)"
+                " VALUES (%s::text::xid8, 'default', %s, 1, 'session_created', %s, %s)",
+                (str(tx), sid, json.dumps({"title": sid}), n),
+            )
+        numeric = [f"tx{tx}" for tx in sorted(txs)]
+
+        feed = journal.events_all(limit=100)
+        assert [e.session_id for e in feed] == numeric
+        assert [int(e.position) >> 64 for e in feed] == sorted(txs)
+        paged: list[Event] = []
+        while page := journal.events_all(after=paged[-1].position if paged else None, limit=1):
+            paged += page
+        assert paged == feed, "one at a time, each once, in the same order"
+        assert [s.session_id for s in journal.sessions()] == numeric[::-1]  # newest first
+        newest_two = journal.sessions(limit=2)
+        rest = journal.sessions(cursor=newest_two[-1].last_position)
+        assert [s.session_id for s in newest_two + rest] == numeric[::-1]
+        assert [s.session_id for s in journal.open_turns()] == numeric  # oldest first
+
+
 def test_control_a_naive_identity_feed_misses_an_event_the_journals_feed_delivers(
     schema: str,
 ) -> None:

@@ -15,13 +15,17 @@ from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
 from agentjournal.projection import Session
 
+# The xid8 columns travel as text (psycopg has no xid8 loader), under names of their own: an ORDER
+# BY resolves a bare name to an output column before a table column, so `tx::text` left with its
+# default name "tx" made `ORDER BY tx` sort positions as strings ('999' after '1000') and the feed
+# gave events twice or out of order whenever its page straddled a power of ten.
 EVENT_COLUMNS: Final = (
-    "event_id, tx::text, session_id, seq, type, payload, idempotency_key, created_at"
+    "event_id, tx::text AS tx_text, session_id, seq, type, payload, idempotency_key, created_at"
 )
 SESSION_COLUMNS: Final = (
     "session_id, tenant, title, status, model, system_prompt, metadata, forked_from, "
-    "forked_at_seq, last_seq, last_tx::text, last_event_id, event_count, prompt_tokens, "
-    "completion_tokens, created_at, updated_at, turn_open"
+    "forked_at_seq, last_seq, last_tx::text AS last_tx_text, last_event_id, event_count, "
+    "prompt_tokens, completion_tokens, created_at, updated_at, turn_open"
 )
 MESSAGE_COLUMNS: Final = "session_id, seq, role, content, tokens, edited_seq, created_at"
 TOOL_CALL_COLUMNS: Final = (
