@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
 import random
@@ -35,7 +36,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -139,6 +140,7 @@ def _one_op(journal: Journal, rng: random.Random, name: str, own: str, shared: l
 def writer(
     url: str, name: str, shared: list[str], ops: int, seed: int, ready: Any, go: Any, out: Any
 ) -> None:
+    quiet_superuser_warning()
     errors: list[str] = []
     with Journal.open(url) as journal:
         own = journal.create_session(name).session_id
@@ -159,6 +161,12 @@ def writer(
         for t in threads:
             t.join()
     out.put(errors)
+
+
+def quiet_superuser_warning() -> None:
+    # The default URL logs in as the local superuser, which the journal rightly warns about
+    # (row-level security does not bind it); once per process is noise in a benchmark's table.
+    logging.getLogger("agentjournal.postgres").setLevel(logging.ERROR)
 
 
 def burner(stop: Any) -> None:
@@ -204,65 +212,104 @@ def burn_to_power_of_ten(url: str, margin: int, max_burn: int) -> int:
         return spend
 
 
+class Writers:
+    """`count` writer processes and `burners` CPU burners on the journal at `journal_url`: started
+    (each writer's own session created) on entering, released together by `go()`; `finish()`
+    waits for the writers and returns their errors; leaving stops the burners."""
+
+    def __init__(
+        self, journal_url: str, shared: list[str], *, count: int, ops: int, burners: int, seed: int
+    ) -> None:
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding a Journal
+        self._stop = ctx.Event()
+        self._go = ctx.Event()
+        self._out: Any = ctx.Queue()
+        self._readies = [ctx.Event() for _ in range(count)]
+        self._writers = [
+            ctx.Process(
+                target=writer,
+                args=(
+                    journal_url,
+                    f"w{i}",
+                    shared,
+                    ops,
+                    seed * 1000 + i,
+                    self._readies[i],
+                    self._go,
+                    self._out,
+                ),
+            )
+            for i in range(count)
+        ]
+        self._burners = [ctx.Process(target=burner, args=(self._stop,)) for _ in range(burners)]
+
+    def __enter__(self) -> Writers:
+        for proc in self._writers + self._burners:
+            proc.start()
+        for ready in self._readies:
+            if not ready.wait(WAIT):
+                self.__exit__()
+                raise RuntimeError("a writer did not start")
+        return self
+
+    def go(self) -> None:
+        self._go.set()
+
+    @property
+    def done(self) -> bool:
+        return all(not proc.is_alive() for proc in self._writers)
+
+    def finish(self) -> list[str]:
+        errors: list[str] = []
+        for _ in self._writers:
+            errors += self._out.get(timeout=WAIT)  # each writer's list, sent as it ends
+        for proc in self._writers:
+            proc.join(WAIT)
+        return errors
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for proc in self._writers + self._burners:
+            proc.join(WAIT if proc in self._burners else 0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
 def run_round(
     url: str, *, writers: int, ops: int, burners: int, seed: int, tenant_url: str | None = None
 ) -> RoundReport:
     """One round on a fresh schema of `url`'s database. `tenant_url`, if given, is the URL the
     journal connects with (e.g. an ordinary role's); `url` creates and drops the schema."""
-    ctx = multiprocessing.get_context("spawn")
     rng = random.Random(seed)
     report = RoundReport()
-    with ExitStack() as stack:
-        schema = stack.enter_context(fresh_schema(url))
+    with fresh_schema(url) as schema:
         journal_url = _with_schema(tenant_url or url, schema)
-        journal = stack.enter_context(Journal.open(journal_url))
-        shared = [journal.create_session(f"shared {i}").session_id for i in range(3)]
-        stop = ctx.Event()
-        out = ctx.Queue()
-        go = ctx.Event()
-        readies = [ctx.Event() for _ in range(writers)]
-        procs = [
-            ctx.Process(
-                target=writer,
-                args=(journal_url, f"w{i}", shared, ops, seed * 1000 + i, readies[i], go, out),
-            )
-            for i in range(writers)
-        ]
-        hot = [ctx.Process(target=burner, args=(stop,)) for _ in range(burners)]
-        for proc in procs + hot:
-            proc.start()
-        try:
-            for ready in readies:
-                if not ready.wait(WAIT):
-                    raise RuntimeError("a writer did not start")
-            go.set()
-            seen: list[Event] = []
-            cursor: str | None = None
-            deadline = time.monotonic() + WAIT
-            while True:
-                done = all(not p.is_alive() for p in procs)
-                page = journal.events_all(after=cursor, limit=rng.choice(LIMITS))
-                report.pages += 1
-                seen += page
-                cursor = page[-1].position if page else cursor
-                if done and not page:
-                    # Settled: once every writer exited, an empty page after the last position
-                    # is the end, unless the feed still holds back a commit (checked below).
-                    stored = _stored(url, schema)
-                    if (
-                        len({e.event_id for e in seen}) >= len(stored)
-                        or time.monotonic() > deadline
-                    ):
-                        break
-                    time.sleep(0.05)
-        finally:
-            stop.set()
-            for proc in procs + hot:
-                proc.join(WAIT)
-                if proc.is_alive():
-                    proc.kill()
-        while not out.empty():
-            report.writer_errors += out.get()
+        with Journal.open(journal_url) as journal:
+            shared = [journal.create_session(f"shared {i}").session_id for i in range(3)]
+            with Writers(
+                journal_url, shared, count=writers, ops=ops, burners=burners, seed=seed
+            ) as running:
+                running.go()
+                seen: list[Event] = []
+                cursor: str | None = None
+                deadline = time.monotonic() + WAIT
+                while True:
+                    done = running.done
+                    page = journal.events_all(after=cursor, limit=rng.choice(LIMITS))
+                    report.pages += 1
+                    seen += page
+                    cursor = page[-1].position if page else cursor
+                    if done and not page:
+                        # Every writer exited and a page came back empty: the end, unless the
+                        # feed still holds back a commit (a transaction elsewhere in the cluster).
+                        stored = _stored(url, schema)
+                        if len({e.event_id for e in seen}) >= len(stored):
+                            break
+                        if time.monotonic() > deadline:
+                            break  # reported as missed
+                        time.sleep(0.05)
+                report.writer_errors = running.finish()
         _check(report, seen, stored)
     return report
 
@@ -348,6 +395,7 @@ def main() -> None:
     parser.add_argument("--max-burn", type=int, default=20_000_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    quiet_superuser_warning()
     began = time.monotonic()
     reports = run(
         args.url,
