@@ -498,7 +498,12 @@ class Journal(TaskVerbs):
         return events
 
     def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
-        """A page of the tenant's global feed, in commit order, after `position`."""
+        """A page of the tenant's global feed after `after`, in ascending position order.
+
+        Resuming after the last position seen gives every committed event exactly once, each
+        session's in seq order. On SQLite that is commit order; on PostgreSQL positions follow
+        (transaction id, event_id) and an event shows once every older transaction has ended
+        (docs/postgres.md)."""
         check_int(limit, "limit", 1, MAX_PAGE)
         if after is not None and not isinstance(after, str):
             raise InvalidArgument("after must be a position string, as Event.position gives it")
@@ -646,7 +651,8 @@ class Journal(TaskVerbs):
     def subscribe_all(
         self, *, after: str | None = None, poll_interval: float = 0.2
     ) -> Iterator[Event]:
-        """The tenant's global feed after `after` (a position), then live, in commit order."""
+        """The tenant's global feed after `after` (a position), then live, in position order:
+        every committed event once, as `events_all` promises."""
         signal = self.storage.signal
         cursor = after
         while True:

@@ -228,7 +228,7 @@ def tail(
         typer.Argument(metavar="SESSION", help="The session id (or --all).", show_default=False),
     ] = None,
     all_sessions: Annotated[
-        bool, typer.Option("--all", help="Every session of the tenant, in commit order.")
+        bool, typer.Option("--all", help="Every session of the tenant, in feed (position) order.")
     ] = False,
     after: Annotated[
         str | None,

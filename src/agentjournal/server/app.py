@@ -304,7 +304,7 @@ async def stream_feed(
         str | None, Header(alias="Last-Event-ID", max_length=39, pattern=r"^[0-9]+$")
     ] = None,
 ) -> Response:
-    """The tenant's events in commit order after a position, then live ones."""
+    """The tenant's events after a position, in position order, then live ones."""
     if last_event_id is not None:
         after = last_event_id
     service = service_of(request)
