@@ -23,6 +23,7 @@ from psycopg import sql
 from agentjournal import (
     Conflict,
     ContextTooLarge,
+    Event,
     InvalidArgument,
     InvalidEvent,
     Journal,
@@ -36,7 +37,7 @@ from agentjournal import (
 )
 from agentjournal.events import RESERVED_TYPES
 from agentjournal.replay import estimate_tokens
-from expected import SEED_MESSAGES, a, t, u
+from expected import SEED_MESSAGES, a, settled_feed, t, u
 from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, require_postgres, url_for
 from test_events import VALID
 
@@ -97,7 +98,7 @@ def state(journal: Journal) -> dict[str, Any]:
     for tenant in ("default", "b"):
         view = journal.for_tenant(tenant)
         seen[tenant] = (
-            view.events_all(limit=10_000),
+            settled_feed(view),
             [
                 (
                     s,
@@ -257,8 +258,8 @@ def test_tenants_see_nothing_of_each_other(journal: Journal) -> None:
     assert mine.session_id != theirs.session_id
     assert mine.tenant == "b"
     assert [s.session_id for s in other.sessions()] == [mine.session_id]
-    assert {e.session_id for e in other.events_all()} == {mine.session_id}
-    assert {e.session_id for e in journal.events_all()} == {sid, theirs.session_id}
+    assert {e.session_id for e in settled_feed(other)} == {mine.session_id}
+    assert {e.session_id for e in settled_feed(journal)} == {sid, theirs.session_id}
     assert sid not in {s.session_id for s in other.sessions(status="all")}
 
 
@@ -771,7 +772,7 @@ def test_seq_starts_at_session_created_and_has_no_gaps(journal: Journal, backend
     assert [e.type for e in events[1:7]] == [e.type for e in SEED]
     assert [e.payload for e in events[1:7]] == [e.payload for e in SEED]
     assert {e.session_id for e in events} == {sid}
-    everything = journal.events_all(limit=1000)
+    everything = settled_feed(journal)
     ids = [e.event_id for e in everything]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids) == 18
@@ -815,7 +816,7 @@ def test_events_all_pages_in_commit_order_within_the_tenant(journal: Journal) ->
         order.append((sid, journal.get_session(sid).last_seq))
     journal.append_many(one, [msg("user_message", "x"), msg("assistant_message", "y")])
     order += [(one, 4), (one, 5)]
-    feed = journal.events_all(limit=1000)
+    feed = settled_feed(journal)
     assert [(e.session_id, e.seq) for e in feed] == order
     for size in (1, 2, 3, 100):
         seen: list[Any] = []
@@ -827,7 +828,7 @@ def test_events_all_pages_in_commit_order_within_the_tenant(journal: Journal) ->
         assert seen == feed
     for index, event in enumerate(feed):
         assert journal.events_all(after=event.position, limit=1000) == feed[index + 1 :]
-    assert {e.session_id for e in b.events_all()} == {theirs}
+    assert {e.session_id for e in settled_feed(b)} == {theirs}
     assert len(b.events_all()) == 6
     with pytest.raises(InvalidArgument):
         journal.events_all(after="not a position")
@@ -1381,7 +1382,7 @@ def test_purge_removes_every_row_and_leaves_one_audit_row(
     journal.append(sid, "user_message", {"content": "secret-marker-7f3a"})
     keep = seed(journal, "keep")
     kept = (journal.events(keep), journal.messages(keep), journal.tool_calls(keep))
-    largest = max(e.event_id for e in journal.events_all(limit=1000))
+    largest = max(e.event_id for e in settled_feed(journal))
     assert journal.purge_session(sid, actor="admin@example") == 8
     for table in ("events", "messages", "tool_calls", "sessions"):
         count = raw.execute(f"SELECT count(*) FROM {table} WHERE session_id = ?", (sid,))
@@ -1429,7 +1430,7 @@ def test_verify_a_clean_journal(journal: Journal) -> None:
     assert report.ok
     assert (report.differences, report.journal_errors, report.integrity) == ([], [], [])
     assert report.sessions_checked == 2
-    assert report.events_checked == len(journal.events_all(limit=1000)) == 9 + 8
+    assert report.events_checked == len(settled_feed(journal)) == 9 + 8
     assert report.rebuilt == []
 
 
