@@ -35,7 +35,7 @@ from agentjournal import (
     TaskNotFound,
 )
 from agentjournal.tasks import new_task_id
-from expected import all_events
+from expected import settled_feed
 from test_journal import RawSQL
 
 WAIT = 30.0  # bound on every wait; never an expected duration
@@ -80,7 +80,7 @@ def snapshot(journal: Journal) -> dict[str, Any]:
     for tenant in ("default", OTHER):
         view = journal.for_tenant(tenant)
         seen[tenant] = (
-            all_events(view),
+            settled_feed(view),
             view.sessions(status="all", limit=10_000),
             view.tasks(limit=10_000),
         )
@@ -875,7 +875,7 @@ def test_delete_session_cancels_its_open_tasks_first(journal: Journal) -> None:
     ]
     assert tail[2] == ("session_updated", {"status": "deleted"})
     # Consecutive in the global feed too: one transaction, nothing committed between them.
-    feed = all_events(journal)
+    feed = settled_feed(journal)
     assert [(e.type, e.payload) for e in feed[-3:]] == tail
     for task_id in (pending.task_id, running.task_id):
         task = journal.get_task(task_id)
@@ -1128,14 +1128,14 @@ def test_recover_touches_only_expired_leases_of_its_tenant(journal: Journal) -> 
     assert {t: journal.get_task(t) for t in untouched} == untouched
     assert snapshot(journal)[OTHER] == others_before
     assert other.get_task(theirs.task_id) == theirs_claim
-    default_feed = all_events(journal)
+    default_feed = settled_feed(journal)
 
     everywhere = journal.recover(all_tenants=True)
     assert (everywhere.requeued, everywhere.failed) == ([theirs.task_id], [])
     settled = other.get_task(theirs.task_id)
     assert (settled.status, settled.retry_count) == ("pending", 1)
-    assert all_events(journal) == default_feed
-    last = all_events(other)[-1]
+    assert settled_feed(journal) == default_feed
+    last = settled_feed(other)[-1]
     assert (last.session_id, last.type, last.payload["task_id"]) == (
         theirs_sid,
         "task_failed",
@@ -1339,7 +1339,7 @@ def test_async_task_round_trip(journal_url: str) -> None:
 
     asyncio.run(main())
     with Journal.open(journal_url) as journal:
-        assert [e.type for e in all_events(journal) if e.type.startswith("task_")] == [
+        assert [e.type for e in settled_feed(journal) if e.type.startswith("task_")] == [
             "task_created",
             "task_created",
             "task_started",

@@ -29,7 +29,7 @@ from agentjournal.runtime import (
     order_agent,
     resume_incomplete,
 )
-from expected import SEED_MESSAGES, a, all_events, t, u
+from expected import SEED_MESSAGES, a, settled_feed, t, u
 
 ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "AGENTJOURNAL_MODEL")
 LOOKUP_PARAMETERS = {
@@ -374,14 +374,14 @@ def test_a_model_error_mid_turn_is_finished_by_resume_once_the_server_works(
 
     # Still down: resume reports the session, writes nothing, and does not raise.
     fake.answer((503, {"error": "still overloaded"}))
-    before = all_events(journal)
+    before = settled_feed(journal)
     down = resume_incomplete(journal, [agent])
     assert down.finished == []
     [(failed_id, why)] = down.failed
     assert failed_id == session.session_id
     assert "ModelError" in why
     assert "503" in why
-    assert all_events(journal) == before
+    assert settled_feed(journal) == before
 
     fake.answer(completion("item 7 is in stock."))
     report = resume_incomplete(journal, [agent])
