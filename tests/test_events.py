@@ -425,3 +425,30 @@ def test_loads_strict_takes_only_utf8_bytes() -> None:
     assert loads_strict('{"a": "é"}'.encode()) == {"a": "é"}
     with pytest.raises(InvalidEvent, match="not valid JSON"):
         loads_strict('{"a": 1}'.encode("utf-16"))
+
+
+@pytest.mark.parametrize(
+    ("type_", "payload"),
+    [
+        ("replay.item_removed", {}),
+        ("replay.item_removed", {"seq": 0}),
+        ("replay.item_removed", {"seq": "3"}),
+        ("responses.item", {}),
+        ("responses.item", {"item": "a string"}),
+        ("user_message", {"content": "hi", "item": ["not", "an", "object"]}),
+    ],
+)
+def test_the_types_replay_understands_have_their_shape_checked(
+    type_: str, payload: dict[str, object]
+) -> None:
+    """replay.item_removed hides one event from every replay and responses.item is given back by
+    the responses format: a malformed one would change what a model is sent, so it is refused."""
+    with pytest.raises(InvalidEvent):
+        prepare(type_, payload)
+
+
+def test_the_types_replay_understands_accept_their_shape() -> None:
+    assert prepare("replay.item_removed", {"seq": 3}).payload == {"seq": 3}
+    assert prepare("replay.cleared", {}).type == "replay.cleared"
+    item = {"type": "reasoning", "id": "rs_1", "summary": []}
+    assert prepare("responses.item", {"item": item}).payload == {"item": item}

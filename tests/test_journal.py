@@ -798,9 +798,24 @@ def test_events_pages_by_seq(journal: Journal) -> None:
     assert journal.events(sid, after=4, limit=2) == everything[4:6]
     assert journal.events(sid, after=20) == []
     assert journal.events(sid, after=99) == []
-    for bad in ({"after": -1}, {"limit": 0}, {"limit": 10**9}, {"after": "3"}):
+    for bad in ({"after": -1}, {"limit": 0}, {"limit": 10**9}, {"after": "3"}, {"before": 0}):
         with pytest.raises(InvalidArgument):
             journal.events(sid, **bad)
+
+
+def test_events_read_backwards_from_the_end_with_before(journal: Journal) -> None:
+    sid = seed(journal)
+    journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
+    everything = journal.events(sid, limit=1000)
+    assert journal.events(sid, before=21, limit=3) == everything[-3:], "the newest, oldest first"
+    seen: list[Event] = []
+    before = journal.get_session(sid).last_seq + 1
+    while page := journal.events(sid, before=before, limit=4):
+        seen = page + seen
+        before = page[0].seq
+    assert seen == everything
+    assert journal.events(sid, after=5, before=9) == everything[5:8]
+    assert journal.events(sid, before=1) == []
 
 
 def test_events_all_pages_in_commit_order_within_the_tenant(journal: Journal) -> None:

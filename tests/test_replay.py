@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentjournal.errors import ContextTooLarge
 from agentjournal.events import Event
-from agentjournal.replay import ContextFit, estimate_tokens, fit_context, replay
+from agentjournal.replay import ContextFit, estimate_tokens, fit_context, replay, responses_items
 from expected import SEED_MESSAGES, a, t, u
 
 PROMPT = "你是订单客服助手。"
@@ -717,3 +717,73 @@ def test_window_agrees_with_complete_history(events: list[Event], data: st.DataO
         same = fit_context(events, complete=True, **{**kwargs, "max_tokens": partial.tokens})
         assert (same.messages, same.tokens) == (partial.messages, partial.tokens)
         assert same.cut_seq in (partial.cut_seq, None)
+
+
+# -- the responses format, and history hidden by replay.item_removed / replay.cleared ----------
+
+
+def test_a_journal_conversation_as_responses_input_items() -> None:
+    """The runtime's and the HTTP API's sessions carry no items: each event becomes the
+    equivalent Responses item, so the conversation can go on through the Agents SDK."""
+    assert replay(seed(), format="responses") == [
+        SYSTEM,
+        {"role": "user", "content": "你好"},
+        {"role": "assistant", "content": "你好！我是订单客服助手，可以帮你查询订单数量。"},
+        {"role": "user", "content": "帮我查一下订单数量"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "query_order_count",
+            "arguments": "{}",
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        {"role": "assistant", "content": "你当前有 42 个订单。"},
+    ]
+
+
+def test_responses_items_leave_out_an_unanswered_call_and_apply_corrections() -> None:
+    events = [
+        created(None),
+        user(2, "typo"),
+        call(3, "c1"),
+        user(4, "fixed", supersedes=2),
+    ]
+    assert responses_items(events) == [{"role": "user", "content": "fixed"}]
+
+
+def test_an_event_made_from_an_item_gives_the_item_back_verbatim() -> None:
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+    }
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    events = [created(None), assistant(2, "hi", item=item), ev(3, "responses.item", item=reasoning)]
+    assert replay(events, format="responses") == [item, reasoning]
+    assert replay(events) == [{"role": "assistant", "content": "hi"}]  # chat formats skip others
+
+
+def removal(seq: int, removed: int) -> Event:
+    return Event(1000 + seq, "s1", seq, "replay.item_removed", {"seq": removed}, 0)
+
+
+def test_removed_and_cleared_events_are_left_out_of_every_format() -> None:
+    events = [
+        *seed(),
+        removal(8, 7),  # the reply
+        removal(9, 6),  # the tool's result: its call goes too
+    ]
+    assert replay(events) == [
+        SYSTEM,
+        {"role": "user", "content": "你好"},
+        {"role": "assistant", "content": "你好！我是订单客服助手，可以帮你查询订单数量。"},
+        {"role": "user", "content": "帮我查一下订单数量"},
+    ]
+    assert responses_items(events)[-1] == {"role": "user", "content": "帮我查一下订单数量"}
+    cleared = [*events, ev(10, "replay.cleared"), user(11, "again")]
+    assert replay(cleared) == [SYSTEM, {"role": "user", "content": "again"}]  # the prompt stays
+    claude = replay(cleared, format="anthropic")
+    assert claude == {"system": PROMPT, "messages": [{"role": "user", "content": "again"}]}
+    assert replay(cleared, format="responses") == [SYSTEM, {"role": "user", "content": "again"}]
+    assert replay(cleared, until=9) == replay(events), "time travel goes back before the clear"

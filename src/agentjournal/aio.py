@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 from agentjournal.events import DEFAULT_MAX_PAYLOAD_BYTES, Event
 from agentjournal.journal import Durability, EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
-from agentjournal.replay import ContextFit, Format, Tokenizer
+from agentjournal.replay import ContextFit, Format, ReplayFormat, Tokenizer
 from agentjournal.tasks import DEFAULT_LEASE_SECONDS, Recovery
 from agentjournal.verify import VerifyReport
 
@@ -223,8 +223,12 @@ class AsyncJournal:
             self.journal.fork_ex, session_id, at_seq, title=title, idempotency_key=idempotency_key
         )
 
-    async def events(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[Event]:
-        return await self._run(self.journal.events, session_id, after=after, limit=limit)
+    async def events(
+        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+    ) -> list[Event]:
+        return await self._run(
+            self.journal.events, session_id, after=after, before=before, limit=limit
+        )
 
     async def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
         return await self._run(self.journal.events_all, after=after, limit=limit)
@@ -244,7 +248,7 @@ class AsyncJournal:
         )
 
     async def replay(
-        self, session_id: str, *, until: int | None = None, format: Format = "openai"
+        self, session_id: str, *, until: int | None = None, format: ReplayFormat = "openai"
     ) -> list[dict[str, Any]] | dict[str, Any]:
         return await self._run(self.journal.replay, session_id, until=until, format=format)
 

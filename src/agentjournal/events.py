@@ -16,8 +16,11 @@ from typing import Any, Final, NamedTuple
 from agentjournal.errors import InvalidEvent, PayloadTooLarge
 
 __all__ = [
+    "CLEARED",
     "CORE_TYPES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "ITEM",
+    "ITEM_REMOVED",
     "MESSAGE_ROLES",
     "RESERVED_TYPES",
     "Event",
@@ -52,6 +55,11 @@ CORE_TYPES: Final = (
     RESERVED_TYPES | frozenset(MESSAGE_ROLES) | {"tool_call", "tool_result", "context_compacted"}
 )
 SESSION_STATUSES: Final = ("active", "archived", "deleted")
+# Namespaced types with a meaning of their own (replay.py): hiding history from every replay
+# without deleting it, and keeping a Responses input item the core types have no shape for.
+ITEM_REMOVED: Final = "replay.item_removed"  # {seq}: that event is left out of replays
+CLEARED: Final = "replay.cleared"  # {}: every earlier event is left out of replays
+ITEM: Final = "responses.item"  # {item}: a Responses API input item, kept verbatim
 TASK_STATUSES: Final = ("pending", "running", "completed", "failed", "cancelled")
 MAX_TASK_RETRIES: Final = 100
 
@@ -304,6 +312,12 @@ def _check_task_event(type_: str, payload: Mapping[str, Any]) -> None:
 
 
 def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
+    if "item" in payload and not isinstance(payload["item"], Mapping):
+        raise InvalidEvent(f"{type_}.item must be a JSON object (a Responses input item)")
+    if type_ == ITEM_REMOVED:
+        _require_seq(payload, "seq", type_)
+    elif type_ == ITEM and "item" not in payload:
+        raise InvalidEvent(f"{type_} needs 'item', the Responses input item it keeps")
     if type_ in MESSAGE_ROLES:
         _check_message(type_, payload)
     elif type_ == "tool_call":

@@ -38,7 +38,15 @@ from agentjournal.events import (
     prepare,
 )
 from agentjournal.projection import Message, Session, ToolCall
-from agentjournal.replay import ContextFit, Format, Tokenizer, fit_context, replay
+from agentjournal.replay import (
+    REPLAY_FORMATS,
+    ContextFit,
+    Format,
+    ReplayFormat,
+    Tokenizer,
+    fit_context,
+    replay,
+)
 from agentjournal.rules import SessionState, resolve_retry
 from agentjournal.task_verbs import TaskVerbs
 from agentjournal.verify import VerifyReport
@@ -486,13 +494,22 @@ class Journal(TaskVerbs):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def events(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[Event]:
-        """A page of the session's events with seq > after, oldest first."""
+    def events(
+        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+    ) -> list[Event]:
+        """A page of the session's events with seq > after, oldest first. With `before=N`, the
+        newest `limit` of those below seq N (still oldest first): reading backwards from the end
+        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
         check_int(after, "after", 0)
         check_int(limit, "limit", 1, MAX_PAGE)
-        events = self.storage.events(
-            self.tenant, check_id(session_id, "session_id"), after=after, limit=limit
-        )
+        sid = check_id(session_id, "session_id")
+        if before is None:
+            events = self.storage.events(self.tenant, sid, after=after, limit=limit)
+        else:
+            check_int(before, "before", 1)
+            events = self.storage.events(
+                self.tenant, sid, after=after, until=before - 1, limit=limit, newest_first=True
+            )[::-1]
         if not events:
             self.get_session(session_id)
         return events
@@ -543,13 +560,15 @@ class Journal(TaskVerbs):
         return calls
 
     def replay(
-        self, session_id: str, *, until: int | None = None, format: Format = "openai"
+        self, session_id: str, *, until: int | None = None, format: ReplayFormat = "openai"
     ) -> list[dict[str, Any]] | dict[str, Any]:
-        """The message list a model accepts, folded from the journal (as of `until`, if given)."""
+        """The message list a model accepts, folded from the journal (as of `until`, if given):
+        OpenAI Chat Completions messages, `format="anthropic"` `{system, messages}`, or
+        `format="responses"` OpenAI Responses API input items."""
         if until is not None:
             check_int(until, "until", 1)
-        if format not in ("openai", "anthropic"):
-            raise InvalidArgument("format must be 'openai' or 'anthropic'")
+        if format not in REPLAY_FORMATS:
+            raise InvalidArgument("format must be 'openai', 'anthropic' or 'responses'")
         session = self.get_session(session_id)
         compaction = self.storage.newest_compaction(self.tenant, session_id, until)
         events = [compaction] if compaction else []

@@ -2,7 +2,13 @@
 
 One fold (`_fold`) turns events into internal messages, each with an anchor (the seq of the event
 that opened it); `replay` renders them in the OpenAI or Anthropic shape and `fit_context` picks the
-longest suffix that fits a token budget. No I/O: the journal reads the events and calls in here.
+longest suffix that fits a token budget. `responses_items` folds the same events into OpenAI
+Responses API input items. No I/O: the journal reads the events and calls in here.
+
+Two namespaced event types hide history from every replay without deleting it (an SDK's
+`pop_item` and `clear_session`): `replay.item_removed {seq}` hides the event at that seq, and
+`replay.cleared {}` hides everything before it. An event whose payload carries `item` (a JSON
+object) was made from that Responses input item, which the `responses` format returns verbatim.
 """
 
 from __future__ import annotations
@@ -13,13 +19,26 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentjournal.errors import ContextTooLarge
-from agentjournal.events import MESSAGE_ROLES, Event
+from agentjournal.events import CLEARED, ITEM_REMOVED, MESSAGE_ROLES, Event
 
-__all__ = ["ContextFit", "Format", "Tokenizer", "estimate_tokens", "fit_context", "replay"]
+__all__ = [
+    "REPLAY_FORMATS",
+    "ContextFit",
+    "Format",
+    "ReplayFormat",
+    "Tokenizer",
+    "estimate_tokens",
+    "fit_context",
+    "replay",
+    "responses_items",
+    "visible",
+]
 
 Tokenizer = Callable[[dict[str, Any]], int]
 Format = Literal["openai", "anthropic"]
+ReplayFormat = Literal["openai", "anthropic", "responses"]
 _FORMATS: tuple[str, ...] = ("openai", "anthropic")
+REPLAY_FORMATS: tuple[str, ...] = ("openai", "anthropic", "responses")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +81,30 @@ def estimate_tokens(message: dict[str, Any]) -> int:
     return -(-size // 3) + 4
 
 
-def _fold(events: Iterable[Event], until: int | None, system_prompt: str | None) -> _Fold:
+def visible(events: Iterable[Event], until: int | None = None) -> list[Event]:
+    """`events` (ascending seq, up to `until`) without those a later `replay.item_removed` or
+    `replay.cleared` hides, and without those two kinds themselves. A window that starts after
+    the newest `replay.cleared` is folded as it is: nothing in it is hidden by an older one."""
     kept = [e for e in events if until is None or e.seq <= until]
+    removed = {e.payload.get("seq") for e in kept if e.type == ITEM_REMOVED}
+    floor = max((e.seq for e in kept if e.type == CLEARED), default=0)
+    return [
+        e
+        for e in kept
+        if e.seq > floor and e.seq not in removed and e.type not in (ITEM_REMOVED, CLEARED)
+    ]
+
+
+def _fold(events: Iterable[Event], until: int | None, system_prompt: str | None) -> _Fold:
+    everything = [e for e in events if until is None or e.seq <= until]
     prompt: str | None = None
     compaction: Event | None = None
-    for event in kept:
+    for event in everything:  # a cleared history keeps its system prompt
         if event.type == "session_created":
             prompt = event.payload.get("system_prompt")
-        elif event.type == "context_compacted":
+    kept = visible(everything)
+    for event in kept:
+        if event.type == "context_compacted":
             compaction = event  # events ascend, so the last one seen is the newest
     if system_prompt is not None:
         prompt = system_prompt
@@ -220,18 +255,77 @@ def replay(
     events: Iterable[Event],
     *,
     until: int | None = None,
-    format: Format = "openai",
+    format: ReplayFormat = "openai",
     system_prompt: str | None = None,
 ) -> list[dict[str, Any]] | dict[str, Any]:
     """Fold one session's events (ascending seq) into messages the model accepts as they are.
 
     `until` ignores events after that seq (time travel). `system_prompt`, when not None, replaces
     the one in `session_created` (for folding a suffix that lacks seq 1). Returns a list of OpenAI
-    Chat Completions messages, or for `format="anthropic"` `{"system": str | None, "messages": []}`.
+    Chat Completions messages, for `format="anthropic"` `{"system": str | None, "messages": []}`,
+    and for `format="responses"` a list of Responses API input items (`responses_items`).
     """
+    if format == "responses":
+        fold = _fold(events, until, system_prompt)
+        return _header(fold) + responses_items(events, until=until)
     _check_format(format)
     fold = _fold(events, until, system_prompt)
     return _render(fold, fold.messages, format)
+
+
+def responses_items(events: Iterable[Event], *, until: int | None = None) -> list[dict[str, Any]]:
+    """The visible events (see `visible`) as OpenAI Responses API input items, in seq order.
+
+    An event made from an item (its payload carries `item`) gives that item back verbatim, so a
+    session written through an SDK's session protocol returns exactly what was added. Other
+    messages, tool calls and results become the equivalent items (a correction's content shows at
+    its original's place); a tool call whose result is not stored yet is left out, as in the
+    other formats. Everything before the newest compaction is left out (`replay` puts the summary
+    in front). No system prompt: that is `replay`'s header.
+    """
+    kept = visible(events, until)
+    floor = max((e.payload["until_seq"] for e in kept if e.type == "context_compacted"), default=0)
+    answered = {
+        e.payload["call_id"] for e in kept if e.type == "tool_result" and "item" not in e.payload
+    }
+    corrected: dict[int, str] = {}
+    for event in kept:
+        target = event.payload.get("supersedes") if event.type in MESSAGE_ROLES else None
+        if isinstance(target, int):
+            corrected[target] = event.payload["content"]
+    items: list[dict[str, Any]] = []
+    calls: set[str] = set()  # the calls given so far: a result follows its call or is left out
+    for event in kept:
+        kind, payload = event.type, event.payload
+        if event.seq <= floor:
+            continue
+        item = payload.get("item")
+        if isinstance(item, dict):
+            items.append(item)
+            if kind == "tool_call":
+                calls.add(payload["call_id"])
+        elif kind in MESSAGE_ROLES and "supersedes" not in payload:
+            text = corrected.get(event.seq, payload["content"])
+            items.append({"role": MESSAGE_ROLES[kind], "content": text})
+        elif kind == "tool_call" and payload["call_id"] in answered:
+            calls.add(payload["call_id"])
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": payload["call_id"],
+                    "name": payload["name"],
+                    "arguments": payload["arguments"],
+                }
+            )
+        elif kind == "tool_result" and payload["call_id"] in calls:
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": payload["call_id"],
+                    "output": payload["content"],
+                }
+            )
+    return items
 
 
 @dataclass(frozen=True)

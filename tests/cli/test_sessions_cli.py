@@ -294,6 +294,7 @@ def test_replay_json_is_exactly_the_library_replay(seeded: Seeded) -> None:
             (["--until", "4"], {"until": 4}),
             (["--until", "5", "--format", "anthropic"], {"until": 5, "format": "anthropic"}),
             (["--format", "openai"], {}),
+            (["--format", "responses"], {"format": "responses"}),
         ):
             printed = json.loads(ok("replay", seeded.chat, "--json", *extra, *db).stdout)
             assert printed == journal.replay(seeded.chat, **kwargs), extra  # type: ignore[arg-type]

@@ -302,6 +302,12 @@ def test_replay_openai_and_anthropic_and_until(client: httpx.Client) -> None:
     assert until_call["messages"] == messages[:2]
     assert_problem(client.get(f"/v1/sessions/{sid}/replay", params={"format": "xml"}), 422)
 
+    responses = client.get(f"/v1/sessions/{sid}/replay", params={"format": "responses"}).json()
+    assert (responses["format"], responses["system"]) == ("responses", None)
+    kinds = [item.get("type", item.get("role")) for item in responses["messages"]]
+    assert kinds[:2] == ["system", "user"]
+    assert {"function_call", "function_call_output"} <= set(kinds)
+
 
 def test_context_fits_max_tokens(client: httpx.Client) -> None:
     sid = _conversation(client)

@@ -205,6 +205,8 @@ def _compact(value: Any) -> str:
 def _replayed_body(message: dict[str, Any]) -> Text:
     body = Text()
     content = message.get("content")
+    if "role" not in message:  # a Responses input item other than a message
+        return _item_body(message)
     if message["role"] == "tool":
         body.append(f"[{message['tool_call_id']}] ", style="dim")
     if isinstance(content, str):
@@ -212,7 +214,7 @@ def _replayed_body(message: dict[str, Any]) -> Text:
     for block in content if isinstance(content, list) else ():
         if body:
             body.append("\n")
-        if block["type"] == "text":
+        if block["type"] in ("text", "input_text", "output_text"):
             body.append(block["text"])
         elif block["type"] == "tool_use":
             body.append(f"→ {block['name']} {_compact(block['input'])}", style="cyan")
@@ -259,6 +261,21 @@ def replayed_messages(replayed: list[dict[str, Any]] | dict[str, Any]) -> Table:
     else:
         messages = replayed
     for message in messages:
-        role = message["role"]
+        role = message.get("role") or message.get("type", "item")
         grid.add_row(Text(role, style=_ROLE_STYLES.get(role, "cyan")), _replayed_body(message))
     return grid
+
+
+def _item_body(item: dict[str, Any]) -> Text:
+    """A Responses item: a function call or its output as `show` prints them, others as JSON."""
+    body = Text()
+    if item.get("type") == "function_call":
+        body.append(f"→ {item.get('name')} {item.get('arguments')}", style="cyan")
+        body.append(f"  [{item.get('call_id')}]", style="dim")
+    elif item.get("type") == "function_call_output":
+        body.append(f"[{item.get('call_id')}] ", style="dim")
+        output = item.get("output")
+        body.append(output if isinstance(output, str) else _compact(output))
+    else:
+        body.append(_compact(item), style="dim")
+    return body

@@ -175,7 +175,8 @@ def replay(
         int | None, typer.Option(min=1, help="As of this seq (time travel).", show_default=False)
     ] = None,
     format: Annotated[
-        Literal["openai", "anthropic"], typer.Option(help="The message shape.")
+        Literal["openai", "anthropic", "responses"],
+        typer.Option(help="The message shape (responses: Responses API input items)."),
     ] = "openai",
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",

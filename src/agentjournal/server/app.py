@@ -46,6 +46,7 @@ from agentjournal.server.routing import (
     ERROR_RESPONSES,
     Format,
     IdempotencyKey,
+    ReplayFormat,
     Tenant,
     created_response,
     journal_for,
@@ -58,7 +59,7 @@ from agentjournal.server.streams import feed_stream, session_stream
 __all__ = ["create_app"]
 
 
-def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: Format) -> ReplayOut:
+def _replayed(messages: list[dict[str, Any]] | dict[str, Any], format: ReplayFormat) -> ReplayOut:
     if isinstance(messages, dict):
         return ReplayOut(format=format, system=messages["system"], messages=messages["messages"])
     return ReplayOut(format=format, system=None, messages=messages)
@@ -221,10 +222,11 @@ async def replay(
     request: Request,
     session_id: str,
     tenant: Tenant,
-    format: Format = "openai",
+    format: ReplayFormat = "openai",
     until: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
 ) -> ReplayOut:
-    """The message list a model accepts, as of `until` if given."""
+    """The message list a model accepts, as of `until` if given: Chat Completions messages,
+    Anthropic `system` + `messages`, or (`responses`) Responses API input items."""
     out = await journal_for(request, tenant).replay(session_id, until=until, format=format)
     return _replayed(out, format)
 

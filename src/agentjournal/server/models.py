@@ -163,8 +163,8 @@ class MessageList(BaseModel):
 
 
 class ReplayOut(BaseModel):
-    format: Literal["openai", "anthropic"]
-    system: str | None = Field(description="anthropic: all system text; openai: always null")
+    format: Literal["openai", "anthropic", "responses"]
+    system: str | None = Field(description="anthropic: all system text; otherwise always null")
     messages: list[dict[str, Any]]
 
 

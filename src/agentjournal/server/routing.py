@@ -16,6 +16,7 @@ __all__ = [
     "ERROR_RESPONSES",
     "Format",
     "IdempotencyKey",
+    "ReplayFormat",
     "Tenant",
     "created_response",
     "journal_for",
@@ -38,6 +39,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 Format = Literal["openai", "anthropic"]
+ReplayFormat = Literal["openai", "anthropic", "responses"]
 
 
 def service_of(request: Request) -> Service:

@@ -1,0 +1,8 @@
+"""agentjournal as the memory of agent frameworks. Each integration is a module of its own, imported
+by name, with its framework as an optional extra; `import agentjournal` never imports one.
+
+- `agentjournal.integrations.openai_agents.JournalSession`: the OpenAI Agents SDK's `Session`
+  (`pip install 'agentjournal[openai-agents]'`).
+- `agentjournal.integrations.responses`: Responses API input items as journal events (pure, no
+  framework), what the session above stores.
+"""

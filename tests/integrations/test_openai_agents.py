@@ -1,0 +1,437 @@
+"""`JournalSession` with the real OpenAI Agents SDK, offline (the SDK's own `ScriptedModel`): the
+`Session` protocol as the SDK defines it, the same answers as the SDK's `SQLiteSession` for any
+sequence of calls (hypothesis, both backends), runs of `Runner.run` and `Runner.run_streamed` over
+three turns with parallel tool calls, what the journal makes of an SDK conversation, and the
+rules of pop, clear and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
+from agents.memory import Session, SessionSettings  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from agentjournal import AsyncJournal, InvalidArgument, Journal  # noqa: E402
+from agentjournal.integrations.openai_agents import JournalSession  # noqa: E402
+from postgres_fixtures import fresh_schema, url_for  # noqa: E402
+
+agents.set_tracing_disabled(True)  # offline: the SDK would export traces to OpenAI
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    with Journal.open(str(tmp_path / "agent.db")) as opened:
+        yield opened
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+# -- the protocol -----------------------------------------------------------------------------
+
+
+def test_it_is_the_sdks_session_and_starts_empty(journal: Journal) -> None:
+    session = JournalSession("user-42", journal)
+    assert isinstance(session, Session)
+    assert asyncio.run(session.get_items()) == []
+    assert asyncio.run(session.pop_item()) is None
+    asyncio.run(session.clear_session())
+    assert journal.sessions() == [], "reading, popping or clearing creates no session"
+
+
+def test_open_creates_the_journal_session_on_first_add_with_its_fields(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with JournalSession.open(
+            str(tmp_path / "agent.db"), "user-42", title="订单客服", system_prompt="Be brief."
+        ) as session:
+            await session.add_items([user("帮我查一下订单数量")])
+            stored = session.journal.get_session("user-42")
+            assert (stored.title, stored.system_prompt) == ("订单客服", "Be brief.")
+            assert stored.metadata == {"integration": "openai-agents"}
+        with Journal.open(str(tmp_path / "agent.db")) as again:
+            assert again.replay("user-42", format="responses") == [
+                {"role": "system", "content": "Be brief."},
+                user("帮我查一下订单数量"),
+            ]
+
+    asyncio.run(run())
+
+
+def test_over_an_async_journal(tmp_path: Path) -> None:
+    async def run() -> list[Any]:
+        journal = await AsyncJournal.open(str(tmp_path / "agent.db"))
+        try:
+            session = JournalSession("s", journal)
+            await session.add_items([user("hi")])
+            return await session.get_items()
+        finally:
+            await journal.close()
+
+    assert asyncio.run(run()) == [user("hi")]
+
+
+def test_bad_arguments_are_refused_and_write_nothing(journal: Journal) -> None:
+    session = JournalSession("s", journal)
+    with pytest.raises(InvalidArgument):
+        asyncio.run(session.add_items({"role": "user", "content": "x"}))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        asyncio.run(session.add_items([user("fine"), "not an item"]))  # type: ignore[list-item]
+    with pytest.raises(InvalidArgument):
+        asyncio.run(session.get_items(limit="3"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        JournalSession("", journal)
+    with pytest.raises(InvalidArgument):
+        JournalSession("s", "agent.db")  # type: ignore[arg-type]
+    assert [s.event_count for s in journal.sessions()] in ([], [1])
+
+
+# -- what the journal makes of the items ------------------------------------------------------
+
+CALL = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "query_order_count"}
+TURN: list[dict[str, Any]] = [
+    user("帮我查一下订单数量"),
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look"}]},
+    {**CALL, "arguments": "{}", "status": "completed"},
+    {"type": "function_call_output", "call_id": "c1", "output": "42"},
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "你当前有 42 个订单。", "annotations": []}],
+    },
+]
+
+
+def test_known_items_become_the_journals_own_events_carrying_the_item(journal: Journal) -> None:
+    session = JournalSession("s", journal)
+    asyncio.run(session.add_items(TURN))
+    events = journal.events("s")
+    assert [e.type for e in events] == [
+        "session_created",
+        "user_message",
+        "responses.item",
+        "tool_call",
+        "tool_result",
+        "assistant_message",
+    ]
+    assert [e.payload["item"] for e in events[1:]] == TURN
+    assert [(m.role, m.content) for m in journal.messages("s")] == [
+        ("user", "帮我查一下订单数量"),
+        ("assistant", "你当前有 42 个订单。"),
+    ]
+    (call,) = journal.tool_calls("s")
+    assert (call.call_id, call.name, call.result, call.status) == (
+        "c1",
+        "query_order_count",
+        "42",
+        "ok",
+    )
+    assert journal.replay("s", format="responses") == TURN == asyncio.run(session.get_items())
+    assert journal.verify().ok
+
+
+def test_an_sdk_session_replays_as_valid_chat_and_anthropic_messages(journal: Journal) -> None:
+    asyncio.run(JournalSession("s", journal).add_items(TURN))
+    assert journal.replay("s") == [
+        {"role": "user", "content": "帮我查一下订单数量"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "query_order_count", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "assistant", "content": "你当前有 42 个订单。"},
+    ]
+    claude = journal.replay("s", format="anthropic")
+    assert isinstance(claude, dict)
+    assert [m["role"] for m in claude["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert claude["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "query_order_count", "input": {}}
+    ]
+
+
+def test_pop_and_clear_hide_items_and_delete_nothing(journal: Journal) -> None:
+    session = JournalSession("s", journal)
+    asyncio.run(session.add_items(TURN))
+    assert asyncio.run(session.pop_item()) == TURN[-1]
+    assert asyncio.run(session.pop_item()) == TURN[-2]
+    assert asyncio.run(session.get_items()) == TURN[:-2]
+    # The call lost its result in every view: chat replays leave the call out (valid input).
+    assert journal.replay("s") == [{"role": "user", "content": "帮我查一下订单数量"}]
+    before_clear = journal.get_session("s").last_seq
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    assert journal.replay("s") == [] == journal.replay("s", format="responses")
+    # History stays: time travel shows it, the transcript keeps it, nothing was deleted.
+    assert journal.replay("s", format="responses", until=before_clear) == TURN[:-2]
+    assert journal.replay("s", format="responses", until=6) == TURN
+    assert len(journal.messages("s")) == 2
+    asyncio.run(session.add_items([user("again")]))
+    assert asyncio.run(session.get_items()) == [user("again")]
+    assert [e.type for e in journal.events("s")][-4:] == [
+        "replay.item_removed",
+        "replay.item_removed",
+        "replay.cleared",
+        "user_message",
+    ]
+    assert journal.verify().ok
+
+
+def test_a_retried_batch_is_stored_once_and_a_repeated_question_twice(journal: Journal) -> None:
+    session = JournalSession("s", journal)
+    asyncio.run(session.add_items(TURN[2:]))
+    asyncio.run(session.add_items(TURN[2:]))  # the same batch again: a retry after a timeout
+    assert asyncio.run(session.get_items()) == TURN[2:]
+    # Items without ids cannot be told from a new message: "hi" twice is two messages.
+    asyncio.run(session.add_items([user("hi")]))
+    asyncio.run(session.add_items([user("hi")]))
+    assert asyncio.run(session.get_items(limit=2)) == [user("hi"), user("hi")]
+    # After a clear, the same items are new again (a compaction re-adds kept items).
+    asyncio.run(session.clear_session())
+    asyncio.run(session.add_items(TURN[2:]))
+    assert asyncio.run(session.get_items()) == TURN[2:]
+
+
+def test_items_that_would_break_a_tool_rule_are_kept_verbatim(journal: Journal) -> None:
+    """An output whose call is unknown or popped, and a call id used again, are valid for the SDK
+    and break the journal's tool-call rules: they are stored as responses.item, never refused."""
+    session = JournalSession("s", journal)
+    orphan = {"type": "function_call_output", "call_id": "nobody", "output": "?"}
+    call = {**CALL, "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "1"}
+    again = {**output, "output": "2"}  # a second output for the same call
+    steps = [[orphan], [call], [output], [again], [call]]
+    for batch in steps:
+        asyncio.run(session.add_items(batch))
+    assert asyncio.run(session.get_items()) == [orphan, call, output, again, call]
+    assert [e.type for e in journal.events("s")][1:] == [
+        "responses.item",
+        "tool_call",
+        "tool_result",
+        "responses.item",
+        "responses.item",
+    ]
+    assert journal.verify().ok
+
+
+# -- the same answers as the SDK's SQLiteSession ----------------------------------------------
+
+_ids = itertools.count()
+TEXT = st.text(
+    st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12
+)
+
+
+@st.composite
+def items(draw: st.DrawFn) -> dict[str, Any]:
+    """A Responses input item of one of the kinds the SDK writes; each unique (its id or text),
+    so that two batches are never the same (a retry is tested on its own above)."""
+    n = next(_ids)
+    call_id = f"c{draw(st.integers(0, 5))}"  # few call ids: reuse, orphans and pairs happen
+    text = draw(TEXT) + f"#{n}"
+    return draw(
+        st.sampled_from(
+            [
+                {"role": "user", "content": text},
+                {"role": "user", "content": [{"type": "input_text", "text": text}]},
+                {"role": "system", "content": text},
+                {"role": "developer", "content": text},
+                {
+                    "id": f"msg_{n}",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                },
+                {
+                    "type": "function_call",
+                    "id": f"fc_{n}",
+                    "call_id": call_id,
+                    "name": "tool",
+                    "arguments": json.dumps({"q": text}),
+                },
+                {"type": "function_call_output", "call_id": call_id, "output": text, "id": f"o{n}"},
+                {
+                    "type": "reasoning",
+                    "id": f"rs_{n}",
+                    "summary": [{"type": "summary_text", "text": text}],
+                },
+                {"type": "web_search_call", "id": f"ws_{n}", "status": "completed"},
+                {"type": "item_reference", "id": f"ref_{n}"},
+                {"type": "compaction", "id": f"cmp_{n}", "encrypted_content": text},
+                {
+                    "type": "some_future_kind",
+                    "id": f"new_{n}",
+                    "data": {"nested": [text, 1, 2.5, None]},
+                },
+            ]
+        )
+    )
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(items(), max_size=4)),
+        st.tuples(st.just("get"), st.sampled_from([None, 0, 1, 2, 5, 50, -1])),
+        st.tuples(st.just("pop"), st.none()),
+        st.tuples(st.just("clear"), st.none()),
+    ),
+    max_size=25,
+)
+_session_ids = itertools.count()
+
+
+async def play(session: Any, ops: list[tuple[str, Any]]) -> list[Any]:
+    answers: list[Any] = []
+    for op, argument in ops:
+        if op == "add":
+            answers.append(await session.add_items(argument))
+        elif op == "get":
+            answers.append(await session.get_items(limit=argument))
+        elif op == "pop":
+            answers.append(await session.pop_item())
+        else:
+            answers.append(await session.clear_session())
+    answers.append(await session.get_items())
+    return answers
+
+
+def differential(journal: Journal, peer_db: Path) -> None:
+    @settings(
+        max_examples=300 if os.environ.get("CI") else 60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(OPS)
+    def check(ops: list[tuple[str, Any]]) -> None:
+        sid = f"d{next(_session_ids)}"
+        peer = SQLiteSession(sid, str(peer_db))
+        try:
+            expected = asyncio.run(play(peer, ops))
+        finally:
+            peer.close()
+        assert asyncio.run(play(JournalSession(sid, journal), ops)) == expected
+
+    check()
+    assert journal.verify().ok
+
+
+def test_the_same_answers_as_sqlitesession_on_sqlite(journal: Journal, tmp_path: Path) -> None:
+    differential(journal, tmp_path / "peer.db")
+
+
+def test_the_same_answers_as_sqlitesession_on_postgresql(tmp_path: Path) -> None:
+    with fresh_schema("agents") as schema, Journal.open(url_for(schema)) as journal:
+        differential(journal, tmp_path / "peer.db")
+
+
+# -- Runner.run and Runner.run_streamed -------------------------------------------------------
+
+ORDERS = {"A-1": 2, "B-2": 40}
+
+
+@function_tool
+def query_order_count(customer: str) -> str:
+    """How many orders a customer has."""
+    return str(ORDERS.get(customer, 0))
+
+
+def script() -> list[Any]:
+    """Three turns; the first calls the tool twice in parallel."""
+    return [
+        [
+            function_call("query_order_count", {"customer": "A-1"}, call_id="call_a"),
+            function_call("query_order_count", {"customer": "B-2"}, call_id="call_b"),
+        ],
+        [assistant_message("你当前有 42 个订单。", item_id="msg_1")],
+        [assistant_message("A-1 有 2 个。", item_id="msg_2")],
+        [assistant_message("不客气。", item_id="msg_3")],
+    ]
+
+
+QUESTIONS = ["帮我查一下订单数量", "A-1 呢？", "谢谢"]
+
+
+async def converse(session: Any, *, streamed: bool, run_config: RunConfig | None = None) -> Any:
+    model = ScriptedModel(script())
+    agent = Agent(
+        name="orders",
+        instructions="Answer order questions.",
+        model=model,
+        tools=[query_order_count],
+    )
+    for question in QUESTIONS:
+        if streamed:
+            result = Runner.run_streamed(agent, question, session=session, run_config=run_config)
+            async for _ in result.stream_events():
+                pass
+        else:
+            await Runner.run(agent, question, session=session, run_config=run_config)
+    return model
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_three_turns_remember_like_sqlitesession(
+    journal: Journal, tmp_path: Path, streamed: bool
+) -> None:
+    peer = SQLiteSession("s", str(tmp_path / "peer.db"))
+    ours = JournalSession("s", journal)
+    peer_model = asyncio.run(converse(peer, streamed=streamed))
+    our_model = asyncio.run(converse(ours, streamed=streamed))
+    # The second and third turns' model calls got the earlier turns' items, as with SQLiteSession.
+    assert [c.input for c in our_model.calls] == [c.input for c in peer_model.calls]
+    third_turn = our_model.calls[3].input
+    assert isinstance(third_turn, list)
+    assert [i.get("call_id") for i in third_turn if i.get("type") == "function_call"] == [
+        "call_a",
+        "call_b",
+    ]
+    assert (
+        third_turn[-1] == {"role": "user", "content": "谢谢"} or third_turn[-1]["content"] == "谢谢"
+    )
+    assert asyncio.run(ours.get_items()) == asyncio.run(peer.get_items())
+    peer.close()
+    calls = journal.tool_calls("s")
+    assert [(c.call_id, c.result) for c in calls] == [("call_a", "2"), ("call_b", "40")]
+    assert [m.role for m in journal.messages("s")] == ["user", "assistant"] * 3
+    assert journal.verify().ok
+
+
+def test_session_settings_limit_and_input_callback_as_with_sqlitesession(
+    journal: Journal, tmp_path: Path
+) -> None:
+    def newest_user_turns(history: list[Any], new: list[Any]) -> list[Any]:
+        return [item for item in history if item.get("role") == "user"] + new
+
+    for name, settings_, config in [
+        ("limit", SessionSettings(limit=3), None),
+        ("callback", None, RunConfig(session_input_callback=newest_user_turns)),
+    ]:
+        peer = SQLiteSession(name, str(tmp_path / "peer.db"), session_settings=settings_)
+        ours = JournalSession(name, journal, session_settings=settings_)
+        peer_model = asyncio.run(converse(peer, streamed=False, run_config=config))
+        our_model = asyncio.run(converse(ours, streamed=False, run_config=config))
+        assert [c.input for c in our_model.calls] == [c.input for c in peer_model.calls], name
+        assert asyncio.run(ours.get_items()) == asyncio.run(peer.get_items()), name
+        peer.close()
