@@ -435,3 +435,78 @@ def test_session_settings_limit_and_input_callback_as_with_sqlitesession(
         assert [c.input for c in our_model.calls] == [c.input for c in peer_model.calls], name
         assert asyncio.run(ours.get_items()) == asyncio.run(peer.get_items()), name
         peer.close()
+
+
+# -- what else a valid SDK run writes ---------------------------------------------------------
+
+
+@function_tool
+def failing_lookup(order: str) -> str:
+    """Looks an order up; this one always fails."""
+    raise RuntimeError(f"order service down for {order}")
+
+
+@agents.input_guardrail
+def no_secrets(context: Any, agent: Any, text: Any) -> Any:
+    tripped = "password" in json.dumps(text, ensure_ascii=False, default=str)
+    return agents.GuardrailFunctionOutput(output_info=None, tripwire_triggered=tripped)
+
+
+async def varied_runs(session: Any) -> list[Any]:
+    """A handoff, a tool that raises, stop_on_first_tool, and a tripped input guardrail: what
+    each leaves in the session."""
+    billing = Agent(
+        name="billing",
+        model=ScriptedModel([[assistant_message("Billing here.", item_id="msg_b")]]),
+    )
+    front = Agent(
+        name="front",
+        model=ScriptedModel(
+            [
+                [function_call("transfer_to_billing", {}, call_id="call_h")],
+                [function_call("failing_lookup", {"order": "A1"}, call_id="call_f")],
+                [assistant_message("The service is down.", item_id="msg_f")],
+            ]
+        ),
+        handoffs=[billing],
+        tools=[failing_lookup],
+    )
+    await Runner.run(front, "I was charged twice", session=session)
+    front.model = ScriptedModel(
+        [
+            [function_call("failing_lookup", {"order": "A1"}, call_id="call_f")],
+            [assistant_message("The service is down.", item_id="msg_f")],
+        ]
+    )
+    front.handoffs = []
+    await Runner.run(front, "Where is A1?", session=session)
+    stopper = Agent(
+        name="stopper",
+        model=ScriptedModel(
+            [[function_call("query_order_count", {"customer": "A-1"}, call_id="call_s")]]
+        ),
+        tools=[query_order_count],
+        tool_use_behavior="stop_on_first_tool",
+    )
+    await Runner.run(stopper, "count A-1", session=session)
+    guarded = Agent(name="guarded", model=ScriptedModel([]), input_guardrails=[no_secrets])
+    with pytest.raises(agents.InputGuardrailTripwireTriggered):
+        await Runner.run(guarded, "my password is hunter2", session=session)
+    return await session.get_items()
+
+
+def test_handoffs_tool_errors_stop_on_first_tool_and_guardrails_store_as_sqlitesession(
+    journal: Journal, tmp_path: Path
+) -> None:
+    peer = SQLiteSession("v", str(tmp_path / "peer.db"))
+    expected = asyncio.run(varied_runs(peer))
+    peer.close()
+    assert asyncio.run(varied_runs(JournalSession("v", journal))) == expected
+    kinds = [e.type for e in journal.events("v")]
+    assert kinds.count("tool_call") == 3  # the handoff, the failing lookup, the counter
+    assert {c.call_id: c.status for c in journal.tool_calls("v")} == {
+        "call_h": "ok",
+        "call_f": "ok",
+        "call_s": "ok",
+    }
+    assert journal.verify().ok
