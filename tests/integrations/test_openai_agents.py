@@ -510,3 +510,17 @@ def test_handoffs_tool_errors_stop_on_first_tool_and_guardrails_store_as_sqlites
         "call_s": "ok",
     }
     assert journal.verify().ok
+
+
+def test_a_runtime_session_reads_as_items_and_pops_an_unanswered_call(journal: Journal) -> None:
+    """A session the journal's own runtime wrote (no items stored) continues through the SDK:
+    its events read as the equivalent items, and even a call still waiting for its result pops."""
+    sid = journal.create_session("runtime").session_id
+    journal.append(sid, "user_message", {"content": "帮我查一下订单数量"})
+    journal.append(sid, "tool_call", {"call_id": "c1", "name": "count", "arguments": "{}"})
+    session = JournalSession(sid, journal)
+    assert asyncio.run(session.get_items()) == [user("帮我查一下订单数量")]
+    popped = asyncio.run(session.pop_item())
+    assert popped == {"type": "function_call", "call_id": "c1", "name": "count", "arguments": "{}"}
+    assert asyncio.run(session.pop_item()) == user("帮我查一下订单数量")
+    assert asyncio.run(session.pop_item()) is None

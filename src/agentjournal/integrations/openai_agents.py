@@ -254,7 +254,10 @@ class JournalSession:
                     return None
                 removal = NewEvent(ITEM_REMOVED, {"seq": newest[0].seq})
                 if self._append([removal], last_seq):
-                    return _items(newest)[0]
+                    popped = _items(newest)
+                    # Only a call written by the journal's own runtime and still without its
+                    # result gives no item in a replay; popped alone, it is given as one.
+                    return popped[0] if popped else _call_item(newest[0])
                 _back_off(attempt)
         raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
 
@@ -308,6 +311,16 @@ def _is_item(event: Event) -> bool:
 
 def _items(events: list[Event]) -> list[TResponseInputItem]:
     return responses_items(events)  # type: ignore[return-value]
+
+
+def _call_item(event: Event) -> TResponseInputItem:
+    payload = event.payload
+    return {
+        "type": "function_call",
+        "call_id": payload["call_id"],
+        "name": payload["name"],
+        "arguments": payload["arguments"],
+    }
 
 
 def _has_id(item: Any) -> bool:
