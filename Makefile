@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -39,6 +39,9 @@ bench-postgres: $(STAMP)  # needs a PostgreSQL: --url, default postgresql://127.
 
 bench-feed: $(STAMP)  # the PostgreSQL feed under stress writers: every event once, in order
 	$(BIN)/python bench/feed_stress.py --seconds 300
+
+bench-agents: $(STAMP)  # JournalSession beside the Agents SDK's SQLiteSession
+	$(BIN)/python bench/agents_session_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

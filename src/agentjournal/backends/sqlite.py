@@ -342,13 +342,16 @@ class SQLiteStorage:
             params.append(json.dumps(list(call_ids), ensure_ascii=False))
         if open_only:
             where += " AND t.status = 'pending'"
+        # Named calls are sorted here, not by ORDER BY: given one, SQLite walked the session's
+        # whole call_seq index to save a sort, instead of looking each call up by its key.
         rows = self._read(
             f"SELECT {', '.join('t.' + c for c in TOOL_CALL_COLUMNS.split(', '))}"
             f" FROM tool_calls t JOIN sessions s USING (session_id) WHERE {where}"
-            " ORDER BY t.call_seq",
+            + ("" if call_ids is not None else " ORDER BY t.call_seq"),
             params,
         )
-        return [ToolCall(*row) for row in rows]
+        calls = [ToolCall(*row) for row in rows]
+        return sorted(calls, key=lambda c: c.call_seq) if call_ids is not None else calls
 
     def task(self, tenant: str, task_id: str) -> Task | None:
         rows = self._read(

@@ -275,8 +275,12 @@ class JournalSession:
         removed: set[int] = set()
         floor = 0
         before = last_seq + 1
+        # A page the size of the request (and a few for removals), doubling if that was short:
+        # the latest 20 items cost about 20 events' reading, whatever the session's length.
+        size = _PAGE if count is None else min(_PAGE, count + 4)
         while before > floor + 1:
-            page = self.journal.events(self.session_id, before=before, limit=_PAGE)
+            page = self.journal.events(self.session_id, before=before, limit=size)
+            size = min(_PAGE, size * 2)
             if not page:
                 break
             for event in reversed(page):
