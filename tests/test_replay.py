@@ -761,6 +761,7 @@ def test_an_event_made_from_an_item_gives_the_item_back_verbatim() -> None:
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
     events = [created(None), assistant(2, "hi", item=item), ev(3, "responses.item", item=reasoning)]
     assert replay(events, format="responses") == [item, reasoning]
+    assert replay(iter(events), format="responses") == [item, reasoning], "any iterable"
     assert replay(events) == [{"role": "assistant", "content": "hi"}]  # chat formats skip others
 
 

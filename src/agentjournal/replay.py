@@ -266,6 +266,7 @@ def replay(
     and for `format="responses"` a list of Responses API input items (`responses_items`).
     """
     if format == "responses":
+        events = list(events)  # read twice: for the header, then for the items
         fold = _fold(events, until, system_prompt)
         return _header(fold) + responses_items(events, until=until)
     _check_format(format)
