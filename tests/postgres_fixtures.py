@@ -64,3 +64,13 @@ def fresh_schema(prefix: str = "t") -> Iterator[str]:
 def drop_schema(schema: str) -> None:
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# psycopg_pool opens connections in a thread of its own and draws their lifetime's jitter from
+# the global `random` module; Hypothesis sees the global state move while it draws an example and,
+# the first time only, warns that a strategy used `random` (none of ours does). Under warnings as
+# errors that was a FlakyFailure whenever the PostgreSQL pool grew mid-draw.
+POOL_RANDOM = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies"
+    ":hypothesis.errors.HypothesisDeprecationWarning"
+)

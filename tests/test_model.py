@@ -46,7 +46,7 @@ from hypothesis.stateful import (
 )
 
 from agentjournal import Journal, NewEvent, Task
-from postgres_fixtures import fresh_schema, url_for
+from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 from reference_journal import (
     OPEN,
     ROLES,
@@ -121,7 +121,7 @@ EDGE_EVENTS: list[tuple[str, dict[str, Any]]] = [
 
 # A failing example is shrunk before it is reported, which takes minutes on a busy 2-core machine
 # under CI's example count; the suite-wide 300 s would cut the report off.
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), POOL_RANDOM]  # see postgres_fixtures.POOL_RANDOM
 
 
 TASK_KINDS = ["report", "email"]

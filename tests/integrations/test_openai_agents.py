@@ -26,9 +26,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from agentjournal import AsyncJournal, InvalidArgument, Journal  # noqa: E402
 from agentjournal.integrations.openai_agents import JournalSession  # noqa: E402
-from postgres_fixtures import fresh_schema, url_for  # noqa: E402
+from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for  # noqa: E402
 
 agents.set_tracing_disabled(True)  # offline: the SDK would export traces to OpenAI
+pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from agentjournal import Journal
 from agentjournal.keys import ApiKeys
 from agentjournal.runtime.order_agent import build
 from agentjournal.server import Limits, create_app
-from postgres_fixtures import fresh_schema, url_for
+from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 
 CI = bool(os.environ.get("CI"))
 TARGET_REQUESTS = 1000 if CI else 200
@@ -57,6 +58,7 @@ CHECK_NAMES = (
     "negative_data_rejection",
 )
 CHECKS = [getattr(schemathesis.checks, name) for name in CHECK_NAMES]
+pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
 
 # Strings that a boolean query parameter reads as true (pydantic's lax booleans).
 TRUTHY = {"1", "on", "t", "true", "y", "yes"}
@@ -422,7 +424,10 @@ def test_the_api_conforms_to_its_own_spec_under_fuzzing(fuzz: Fuzz) -> None:
                 if mode is GenerationMode.POSITIVE:
                     failures.append(f"{operation.label}: no valid request could be generated")
             except (Exception, BaseExceptionGroup) as error:  # reported below
-                failures.append(f"{operation.label} [{mode.value}]:\n{error}")
+                # The whole chain: hypothesis wraps a failure its replay did not repeat in a
+                # FlakyFailure whose message alone does not say what failed the first time.
+                detail = "".join(traceback.format_exception(error))
+                failures.append(f"{operation.label} [{mode.value}]:\n{detail}")
 
     total = sum(fuzz.requests.values())
     table = "\n".join(
