@@ -99,10 +99,12 @@ ALLOWED: dict[str, set[str]] = {
     # Integrations sit on the library's face, like the runtime; the item mapping stays pure.
     "integrations": set(),
     "integrations.responses": {"errors", "events"},
+    "integrations.known_state": {"events", "integrations.responses"},
     "integrations.openai_agents": {
         "aio",
         "errors",
         "events",
+        "integrations.known_state",
         "integrations.responses",
         "journal",
         "replay",
@@ -120,6 +122,7 @@ PURE = {
     "tasks",
     "arguments",
     "integrations.responses",
+    "integrations.known_state",
 }
 IMPURE_STDLIB = {"sqlite3", "threading", "asyncio", "os", "subprocess", "socket", "pathlib"}
 

@@ -1,8 +1,8 @@
 """`JournalSession` with the real OpenAI Agents SDK, offline (the SDK's own `ScriptedModel`): the
 `Session` protocol as the SDK defines it, the same answers as the SDK's `SQLiteSession` for any
-sequence of calls (hypothesis, both backends), runs of `Runner.run` and `Runner.run_streamed` over
-three turns with parallel tool calls, what the journal makes of an SDK conversation, and the
-rules of pop, clear and retries."""
+sequence of calls made through one journal or two (hypothesis, both backends), runs of
+`Runner.run` and `Runner.run_streamed` over three turns with parallel tool calls, what the
+journal makes of an SDK conversation, and the rules of pop, clear and retries."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import asyncio
 import itertools
 import json
 import os
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,13 @@ import pytest
 
 agents = pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
-from agents.memory import Session, SessionSettings  # noqa: E402
+from agents import Agent, RunConfig, Runner, RunState, SQLiteSession, function_tool  # noqa: E402
+from agents.memory import OpenAIResponsesCompactionSession, Session, SessionSettings  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from agentjournal import AsyncJournal, InvalidArgument, Journal  # noqa: E402
+from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal  # noqa: E402
 from agentjournal.integrations.openai_agents import JournalSession  # noqa: E402
 from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for  # noqa: E402
 
@@ -236,6 +237,44 @@ def test_items_that_would_break_a_tool_rule_are_kept_verbatim(journal: Journal) 
     assert journal.verify().ok
 
 
+def test_a_writer_that_knows_the_session_still_sees_what_others_wrote(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """A writer appends on what it knows from its own last write, without reading (KnownState).
+    Another process's writes outdate that: the journal finds out, nothing is lost or misfiled."""
+    with Journal.open(str(tmp_path / "agent.db")) as other_process:
+        ours, theirs = JournalSession("s", journal), JournalSession("s", other_process)
+        call = {**CALL, "arguments": "{}"}
+        asyncio.run(theirs.add_items([call]))
+        asyncio.run(ours.add_items([user("still there?")]))  # reads: the call is not named
+        asyncio.run(ours.add_items([TURN[3]]))  # its output: a result, the call known or not
+        asyncio.run(theirs.add_items([user("again")]))  # outdates what `ours` knows
+        asyncio.run(ours.add_items([user("and again")]))
+        asyncio.run(ours.add_items([TURN[3]]))  # the call has its result: kept as an item
+        popped = asyncio.run(theirs.pop_item())
+        asyncio.run(ours.add_items([popped]))  # a retry? no: not the newest item any more
+    assert asyncio.run(ours.get_items()) == [
+        call,
+        user("still there?"),
+        TURN[3],
+        user("again"),
+        user("and again"),
+        TURN[3],
+    ]
+    assert [e.type for e in journal.events("s")][1:8] == [
+        "tool_call",
+        "user_message",
+        "tool_result",
+        "user_message",
+        "user_message",
+        "responses.item",
+        "replay.item_removed",
+    ]
+    [found] = journal.tool_calls("s")
+    assert (found.call_id, found.status, found.result) == ("c1", "ok", "42")
+    assert journal.verify().ok
+
+
 # -- the same answers as the SDK's SQLiteSession ----------------------------------------------
 
 _ids = itertools.count()
@@ -303,9 +342,15 @@ OPS = st.lists(
 _session_ids = itertools.count()
 
 
-async def play(session: Any, ops: list[tuple[str, Any]]) -> list[Any]:
+WRITERS = 2
+# Each op names the writer that makes it: two journals on one database stand for two processes,
+# each keeping its own knowledge of the session (KnownState) that the other's writes outdate.
+
+
+async def play(sessions: list[Any], ops: list[tuple[str, Any]], by: list[int]) -> list[Any]:
     answers: list[Any] = []
-    for op, argument in ops:
+    for (op, argument), writer in zip(ops, by, strict=True):
+        session = sessions[writer % len(sessions)]
         if op == "add":
             answers.append(await session.add_items(argument))
         elif op == "get":
@@ -314,37 +359,65 @@ async def play(session: Any, ops: list[tuple[str, Any]]) -> list[Any]:
             answers.append(await session.pop_item())
         else:
             answers.append(await session.clear_session())
-    answers.append(await session.get_items())
+    answers.append(await sessions[0].get_items())
     return answers
 
 
-def differential(journal: Journal, peer_db: Path) -> None:
+def differential(journals: list[Journal], peer_db: Path) -> None:
     @settings(
         max_examples=300 if os.environ.get("CI") else 60,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
-    @given(OPS)
-    def check(ops: list[tuple[str, Any]]) -> None:
+    @given(OPS, st.lists(st.integers(0, WRITERS - 1), min_size=25, max_size=25))
+    def check(ops: list[tuple[str, Any]], writers: list[int]) -> None:
         sid = f"d{next(_session_ids)}"
+        by = writers[: len(ops)]
         peer = SQLiteSession(sid, str(peer_db))
         try:
-            expected = asyncio.run(play(peer, ops))
+            expected = asyncio.run(play([peer], ops, by))
         finally:
             peer.close()
-        assert asyncio.run(play(JournalSession(sid, journal), ops)) == expected
+        ours = [JournalSession(sid, journal) for journal in journals]
+        assert asyncio.run(play(ours, ops, by)) == expected
+        if any(op == "add" and argument for op, argument in ops):
+            assert_calls_classified(journals[0].events(sid, limit=1000))
 
     check()
-    assert journal.verify().ok
+    for journal in journals:
+        assert journal.verify().ok
+
+
+def assert_calls_classified(events: list[Any]) -> None:
+    """Each function_call item is a `tool_call` exactly when its call id was unused, each output
+    a `tool_result` exactly when its call was open, whichever writer knew what."""
+    used: set[str] = set()
+    waiting: set[str] = set()
+    for event in events:
+        item = event.payload.get("item", {})
+        call_id = item.get("call_id")
+        if item.get("type") == "function_call":
+            assert (event.type == "tool_call") == (call_id not in used), event
+            if event.type == "tool_call":
+                used.add(call_id)
+                waiting.add(call_id)
+        elif item.get("type") == "function_call_output":
+            assert (event.type == "tool_result") == (call_id in waiting), event
+            waiting.discard(call_id)
 
 
 def test_the_same_answers_as_sqlitesession_on_sqlite(journal: Journal, tmp_path: Path) -> None:
-    differential(journal, tmp_path / "peer.db")
+    with Journal.open(str(tmp_path / "agent.db")) as other:
+        differential([journal, other], tmp_path / "peer.db")
 
 
 def test_the_same_answers_as_sqlitesession_on_postgresql(tmp_path: Path) -> None:
-    with fresh_schema("agents") as schema, Journal.open(url_for(schema)) as journal:
-        differential(journal, tmp_path / "peer.db")
+    with (
+        fresh_schema("agents") as schema,
+        Journal.open(url_for(schema)) as journal,
+        Journal.open(url_for(schema)) as other,
+    ):
+        differential([journal, other], tmp_path / "peer.db")
 
 
 # -- Runner.run and Runner.run_streamed -------------------------------------------------------
@@ -511,6 +584,117 @@ def test_handoffs_tool_errors_stop_on_first_tool_and_guardrails_store_as_sqlites
         "call_s": "ok",
     }
     assert journal.verify().ok
+
+
+@function_tool(needs_approval=True)
+def refund(order: str) -> str:
+    """Refunds an order, once a person approves."""
+    return f"refunded {order}"
+
+
+async def approved_after_a_restart(open_session: Callable[[], Any]) -> tuple[list[Any], Any]:
+    """A run stops for a tool approval; its `RunState` is saved as text and the process ends.
+    A new process opens the session again, approves, resumes the run, and asks once more."""
+    model = ScriptedModel(
+        [
+            [function_call("refund", {"order": "A1"}, call_id="call_r")],
+            [assistant_message("A1 is refunded.", item_id="msg_r")],
+            [assistant_message("You're welcome.", item_id="msg_t")],
+        ]
+    )
+    agent = Agent(name="refunds", model=model, tools=[refund])
+    session = open_session()
+    first = await Runner.run(agent, "Refund A1", session=session)
+    assert [i.raw_item.call_id for i in first.interruptions] == ["call_r"]
+    saved = first.to_state().to_string()
+    session.close()
+    session = open_session()  # the next process
+    state = await RunState.from_string(agent, saved)
+    state.approve(state.get_interruptions()[0])
+    resumed = await Runner.run(agent, state, session=session)
+    assert resumed.final_output == "A1 is refunded."
+    await Runner.run(agent, "Thanks", session=session)
+    items = await session.get_items()
+    session.close()
+    return items, model
+
+
+def test_a_run_resumed_from_its_saved_state_in_a_new_process_stores_as_sqlitesession(
+    tmp_path: Path,
+) -> None:
+    expected, peer_model = asyncio.run(
+        approved_after_a_restart(lambda: SQLiteSession("r", str(tmp_path / "peer.db")))
+    )
+    path = str(tmp_path / "agent.db")
+    items, model = asyncio.run(approved_after_a_restart(lambda: JournalSession.open(path, "r")))
+    assert items == expected
+    assert [c.input for c in model.calls] == [c.input for c in peer_model.calls]
+    with Journal.open(path) as journal:
+        [call] = journal.tool_calls("r")
+        assert (call.call_id, call.status, call.result) == ("call_r", "ok", "refunded A1")
+        assert [m.content for m in journal.messages("r")] == [
+            "Refund A1",
+            "A1 is refunded.",
+            "Thanks",
+            "You're welcome.",
+        ]
+        assert journal.verify().ok
+
+
+class CompactAPI:
+    """Stands in for the network behind `client.responses.compact` (no OpenAI here): answers
+    with one compaction item and the last user message, as the real endpoint does."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+
+    async def compact(self, *, model: str, input: list[Any]) -> Any:
+        self.inputs.append(input)
+        kept = [item for item in input if item.get("role") == "user"][-1:]
+        summary = {"type": "compaction", "id": f"cmp_{len(self.inputs)}", "encrypted_content": "…"}
+        return types.SimpleNamespace(output=[summary, *kept], usage=None)
+
+
+def test_compaction_through_the_sdks_compaction_session_is_one_atomic_append(
+    journal: Journal,
+) -> None:
+    client = types.SimpleNamespace(responses=CompactAPI())
+    ours = JournalSession("c", journal)
+    compacting = OpenAIResponsesCompactionSession(
+        "c",
+        ours,
+        client=client,
+        compaction_mode="input",  # the items go to the endpoint, not a stored response's id
+        should_trigger_compaction=lambda context: True,
+    )
+    asyncio.run(converse(compacting, streamed=False))  # compacts after every turn
+    assert len(client.responses.inputs) == 3
+    summary = {"type": "compaction", "id": "cmp_3", "encrypted_content": "…"}
+    assert asyncio.run(ours.get_items()) == [summary, {"content": "谢谢", "role": "user"}]
+    assert [e.type for e in journal.events("c", limit=1000)].count("replay.cleared") == 3
+    # Nothing was deleted: the journal still has every turn, the inspector shows them.
+    assert [m.content for m in journal.messages("c")].count("帮我查一下订单数量") == 2
+    assert [c.call_id for c in journal.tool_calls("c")] == ["call_a", "call_b"]
+    assert journal.verify().ok
+
+
+def test_a_compaction_that_cannot_be_stored_leaves_the_session_as_it_was(journal: Journal) -> None:
+    """The compacted history replaces the old one in one append (the SDK's
+    `_atomic_replace_items` hook): refused, it writes nothing, not even the clear."""
+    ours = JournalSession("c", journal)
+    asyncio.run(ours.add_items(TURN))
+    before = journal.get_session("c").last_seq
+    bad = {"type": "compaction", "id": "cmp_1", "encrypted_content": float("nan")}
+
+    async def compact_badly(*, model: str, input: list[Any]) -> Any:
+        return types.SimpleNamespace(output=[bad], usage=None)
+
+    client = types.SimpleNamespace(responses=types.SimpleNamespace(compact=compact_badly))
+    compacting = OpenAIResponsesCompactionSession("c", ours, client=client, compaction_mode="input")
+    with pytest.raises(InvalidEvent, match=r"NaN|finite"):
+        asyncio.run(compacting.run_compaction({"force": True}))
+    assert journal.get_session("c").last_seq == before
+    assert asyncio.run(ours.get_items()) == TURN
 
 
 def test_a_runtime_session_reads_as_items_and_pops_an_unanswered_call(journal: Journal) -> None:

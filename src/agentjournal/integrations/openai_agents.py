@@ -33,8 +33,9 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, UnknownToolCall
 from agentjournal.events import CLEARED, ITEM_REMOVED, MESSAGE_ROLES, Event, NewEvent
+from agentjournal.integrations.known_state import KnownState
 from agentjournal.integrations.responses import call_ids, item_events
 from agentjournal.journal import Durability, Journal
 from agentjournal.replay import responses_items
@@ -46,28 +47,29 @@ _PAGE = 200  # events read per step when reading a session backwards
 _ATTEMPTS = 100  # add/pop rounds lost to other processes' writers before giving up
 
 
-class _SessionLock:
-    """One lock per journal session in this process (weakly kept: it lives while a
-    `JournalSession` for that session does)."""
+class _Shared:
+    """One per journal session in this process (weakly kept: it lives while a `JournalSession`
+    for that session does): the lock its writers take turns under, and what the last of them
+    left known of the session."""
 
-    __slots__ = ("__weakref__", "lock")
+    __slots__ = ("__weakref__", "known", "lock")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.known = KnownState()
 
 
-_locks: weakref.WeakValueDictionary[tuple[int, str, str], _SessionLock] = (
-    weakref.WeakValueDictionary()
-)
-_locks_guard = threading.Lock()
+_shared: weakref.WeakValueDictionary[tuple[int, str, str], _Shared] = weakref.WeakValueDictionary()
+_shared_guard = threading.Lock()
 
 
-def _session_lock(journal: Journal, session_id: str) -> _SessionLock:
+def _shared_for(journal: Journal, session_id: str) -> _Shared:
+    # The storage's id cannot be reused while the entry lives: its sessions keep it alive.
     key = (id(journal.storage), journal.tenant, session_id)
-    with _locks_guard:
-        found = _locks.get(key)
+    with _shared_guard:
+        found = _shared.get(key)
         if found is None:
-            found = _locks[key] = _SessionLock()
+            found = _shared[key] = _Shared()
         return found
 
 
@@ -113,7 +115,7 @@ class JournalSession:
         self._owned = False
         # Writers of one session in this process take turns reading and appending (else each
         # group commit lets one of them win); other processes are met by expected_seq.
-        self._lock = _session_lock(self.journal, session_id)
+        self._shared = _shared_for(self.journal, session_id)
 
     @classmethod
     def open(
@@ -174,6 +176,16 @@ class JournalSession:
         """Hide every item: `get_items` and every replay start empty. Nothing is deleted."""
         await self._call(self._clear)
 
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's hook for replacing the whole history (`OpenAIResponsesCompactionSession`
+        calls it to store a compacted history): `replay.cleared` and the items in one
+        `append_many`, so a crash leaves the old items or the new ones, never neither. The
+        history before stays in the journal. Without this hook the SDK clears, then adds."""
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+            raise InvalidArgument("items must be a list of Responses input items")
+        await self._call(self._add_items, list(items), True)
+        return True
+
     # -- the work, in a worker thread -------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -209,41 +221,88 @@ class JournalSession:
         newest = self._newest(last_seq, None if limit is None or limit < 0 else limit)
         return _items(newest)
 
-    def _add_items(self, items: list[TResponseInputItem]) -> None:
-        with self._lock.lock:
+    def _add_items(self, items: list[TResponseInputItem], replace: bool = False) -> None:
+        """Append `items`; with `replace`, after a `replay.cleared` in the same append."""
+        with self._shared.lock:
+            if not replace and self._add_as_known(items):
+                return
             for attempt in range(_ATTEMPTS):
                 last_seq = self._ensure()
-                if any(_has_id(item) for item in items):
-                    tail = _items(self._newest(last_seq, len(items)))
-                    if tail == items:
+                known = self._shared.known
+                if replace:
+                    known.read(last_seq, [], complete=False)
+                elif last_seq == 0:
+                    known.read(0, [], complete=True)
+                elif any(_has_id(item) for item in items):
+                    newest = self._newest(last_seq, len(items))
+                    if _items(newest) == items:
                         return  # a retry of the batch that added them
+                    pairs = _pairs(newest)
+                    if len(pairs) < len(newest):  # the runtime's events: items of their own
+                        known.read(last_seq, [], complete=False)
+                    else:
+                        known.read(last_seq, pairs, complete=len(newest) < len(items))
+                else:
+                    known.read(last_seq, [], complete=False)
                 events = self._events_for(items)
-                if self._append(events, last_seq):
+                appended = self._append(
+                    [NewEvent(CLEARED, {}), *events] if replace else events, last_seq
+                )
+                if appended is not None:
+                    if replace:
+                        known.cleared(appended[0].seq)
+                        appended = appended[1:]
+                    if appended:
+                        known.wrote(appended, _pairs(appended))
                     return
+                known.forget()
                 _back_off(attempt)
         raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
+
+    def _add_as_known(self, items: list[TResponseInputItem]) -> bool:
+        """Append on what this process knows of the session, without reading it; False if that
+        is not enough or the journal found it out of date (nothing written: read and retry)."""
+        known = self._shared.known
+        if known.last_seq is None or known.is_retry(items) is not False:
+            return False  # a retry is confirmed against the session as it is
+        events = known.events_for(items)
+        if events is None:
+            return False
+        try:
+            appended = self.journal.append_many(
+                self.session_id, events, expected_seq=known.last_seq
+            )
+        except (Conflict, UnknownToolCall):
+            known.forget()
+            return False
+        except BaseException:
+            known.forget()
+            raise
+        known.wrote(appended, _pairs(appended))
+        return True
 
     def _events_for(self, items: list[TResponseInputItem]) -> list[NewEvent]:
         named = call_ids(items)
         calls = self.journal.tool_calls(self.session_id, call_ids=named) if named else []
+        self._shared.known.read_calls({c.call_id: c.status == "pending" for c in calls})
         return item_events(
             items,
             used_calls={c.call_id for c in calls},
             open_calls={c.call_id for c in calls if c.status == "pending"},
         )
 
-    def _append(self, events: list[NewEvent], last_seq: int) -> bool:
-        """Append at `last_seq`; False if another writer appended first (read again)."""
+    def _append(self, events: list[NewEvent], last_seq: int) -> list[Event] | None:
+        """Append at `last_seq`; None if another writer appended first (read again)."""
         try:
-            self.journal.append_many(self.session_id, events, expected_seq=last_seq)
+            return self.journal.append_many(self.session_id, events, expected_seq=last_seq)
         except Conflict:
             if self.journal.get_session(self.session_id).last_seq != last_seq:
-                return False
+                return None
             raise
-        return True
 
     def _pop_item(self) -> TResponseInputItem | None:
-        with self._lock.lock:
+        with self._shared.lock:
+            known = self._shared.known
             for attempt in range(_ATTEMPTS):
                 try:
                     last_seq = self.journal.get_session(self.session_id).last_seq
@@ -253,20 +312,36 @@ class JournalSession:
                 if not newest:
                     return None
                 removal = NewEvent(ITEM_REMOVED, {"seq": newest[0].seq})
-                if self._append([removal], last_seq):
+                appended = self._append([removal], last_seq)
+                if appended is not None:
+                    if known.last_seq == last_seq:
+                        known.removed(newest[0].seq, appended[0].seq)
+                    else:
+                        known.forget()
                     popped = _items(newest)
                     # Only a call written by the journal's own runtime and still without its
                     # result gives no item in a replay; popped alone, it is given as one.
                     return popped[0] if popped else _call_item(newest[0])
+                known.forget()
                 _back_off(attempt)
         raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
 
     def _clear(self) -> None:
-        try:
-            self.journal.get_session(self.session_id)
-        except SessionNotFound:
-            return
-        self.journal.append(self.session_id, CLEARED, {})
+        with self._shared.lock:
+            try:
+                self.journal.get_session(self.session_id)
+            except SessionNotFound:
+                return
+            known = self._shared.known
+            try:
+                cleared = self.journal.append(self.session_id, CLEARED, {})
+            except BaseException:
+                known.forget()
+                raise
+            if known.last_seq == cleared.seq - 1:
+                known.cleared(cleared.seq)
+            else:
+                known.forget()
 
     def _newest(self, last_seq: int, count: int | None) -> list[Event]:
         """The newest `count` visible item events (all with None), oldest first: read backwards
@@ -315,6 +390,11 @@ def _is_item(event: Event) -> bool:
 
 def _items(events: list[Event]) -> list[TResponseInputItem]:
     return responses_items(events)  # type: ignore[return-value]
+
+
+def _pairs(events: list[Event]) -> list[tuple[int, Any]]:
+    """The events' (seq, item) pairs, as `KnownState` keeps them."""
+    return [(event.seq, event.payload["item"]) for event in events if "item" in event.payload]
 
 
 def _call_item(event: Event) -> TResponseInputItem:
