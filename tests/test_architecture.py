@@ -100,6 +100,14 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": set(),
     "integrations.responses": {"errors", "events"},
     "integrations.known_state": {"events", "integrations.responses"},
+    "integrations.langgraph_events": {"errors", "events"},
+    "integrations.langgraph": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.langgraph_events",
+        "journal",
+    },
     "integrations.openai_agents": {
         "aio",
         "errors",
@@ -123,6 +131,7 @@ PURE = {
     "arguments",
     "integrations.responses",
     "integrations.known_state",
+    "integrations.langgraph_events",
 }
 IMPURE_STDLIB = {"sqlite3", "threading", "asyncio", "os", "subprocess", "socket", "pathlib"}
 

@@ -21,6 +21,12 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "ITEM",
     "ITEM_REMOVED",
+    "LANGGRAPH_BLOB",
+    "LANGGRAPH_CHECKPOINT",
+    "LANGGRAPH_MESSAGE",
+    "LANGGRAPH_PRUNED",
+    "LANGGRAPH_TYPES",
+    "LANGGRAPH_WRITES",
     "MESSAGE_ROLES",
     "RESERVED_TYPES",
     "Event",
@@ -60,6 +66,16 @@ SESSION_STATUSES: Final = ("active", "archived", "deleted")
 ITEM_REMOVED: Final = "replay.item_removed"  # {seq}: that event is left out of replays
 CLEARED: Final = "replay.cleared"  # {}: every earlier event is left out of replays
 ITEM: Final = "responses.item"  # {item}: a Responses API input item, kept verbatim
+# A LangGraph thread's checkpoints (integrations/langgraph_events.py has the whole story).
+# Replay ignores them; the messages a graph adds are also stored as the core message types.
+LANGGRAPH_CHECKPOINT: Final = "langgraph.checkpoint"  # {ns, checkpoint_id, checkpoint, ...}
+LANGGRAPH_BLOB: Final = "langgraph.blob"  # {ns, channel, version, value[, base, depth]}
+LANGGRAPH_WRITES: Final = "langgraph.writes"  # {ns, checkpoint_id, task_id, task_path, writes}
+LANGGRAPH_MESSAGE: Final = "langgraph.message"  # {message}: one the core types have no place for
+LANGGRAPH_PRUNED: Final = "langgraph.pruned"  # {keep}: earlier checkpoints but these are gone
+LANGGRAPH_TYPES: Final = frozenset(
+    {LANGGRAPH_CHECKPOINT, LANGGRAPH_BLOB, LANGGRAPH_WRITES, LANGGRAPH_MESSAGE, LANGGRAPH_PRUNED}
+)
 TASK_STATUSES: Final = ("pending", "running", "completed", "failed", "cancelled")
 MAX_TASK_RETRIES: Final = 100
 
@@ -311,6 +327,69 @@ def _check_task_event(type_: str, payload: Mapping[str, Any]) -> None:
             raise InvalidEvent("task_failed needs 'retry' as a boolean")
 
 
+# The types that may carry the LangChain message they were made from, under `message`.
+_CARRY_MESSAGE: Final = {*MESSAGE_ROLES, "tool_call", "tool_result", LANGGRAPH_MESSAGE}
+
+
+def _check_typed_value(value: Any, where: str) -> None:
+    """A LangGraph serde's typed value: `{"type": str, "data": base64 str}` (data absent for
+    `empty`, a channel that was cleared)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise InvalidEvent(f"{where} must be an object with a 'type' string and 'data'")
+    if not isinstance(value.get("data", ""), str):
+        raise InvalidEvent(f"{where}.data must be a base64 string")
+
+
+def _check_langgraph(type_: str, payload: Mapping[str, Any]) -> None:
+    if type_ == LANGGRAPH_MESSAGE:
+        if "message" not in payload:
+            raise InvalidEvent(f"{type_} needs 'message', the LangChain message it keeps")
+        return
+    if type_ == LANGGRAPH_PRUNED:
+        keep = payload.get("keep")
+        if not isinstance(keep, Mapping) or not all(isinstance(v, str) for v in keep.values()):
+            raise InvalidEvent(f"{type_} needs 'keep': namespace -> the checkpoint id kept")
+        return
+    _require_str(payload, "ns", type_, nonempty=False)
+    if type_ == LANGGRAPH_BLOB:
+        _require_str(payload, "channel", type_, nonempty=True)
+        version = payload.get("version")
+        if not isinstance(version, str | int | float) or isinstance(version, bool):
+            raise InvalidEvent(f"{type_} needs 'version' as a string or a number")
+        _check_typed_value(payload.get("value"), f"{type_}.value")
+        if "base" in payload:
+            _require_seq(payload, "base", type_)
+            _require_count(payload, "depth", type_, low=1)
+        return
+    _require_str(payload, "checkpoint_id", type_, nonempty=True)
+    if type_ == LANGGRAPH_WRITES:
+        _require_str(payload, "task_id", type_, nonempty=False)
+        _require_str(payload, "task_path", type_, nonempty=False)
+        writes = payload.get("writes")
+        if not isinstance(writes, list | tuple):
+            raise InvalidEvent(f"{type_} needs 'writes' as a list of [idx, channel, value]")
+        for index, write in enumerate(writes):
+            if not (
+                isinstance(write, list | tuple)
+                and len(write) == 3
+                and isinstance(write[0], int)
+                and not isinstance(write[0], bool)
+                and isinstance(write[1], str)
+            ):
+                raise InvalidEvent(f"{type_}.writes[{index}] must be [idx, channel, value]")
+            _check_typed_value(write[2], f"{type_}.writes[{index}]")
+        return
+    # langgraph.checkpoint
+    _optional(payload, "parent_id", str, type_)
+    _check_typed_value(payload.get("checkpoint"), f"{type_}.checkpoint")
+    _check_typed_value(payload.get("metadata"), f"{type_}.metadata")
+    blobs = payload.get("blobs")
+    if not isinstance(blobs, Mapping) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v != 0 for v in blobs.values()
+    ):
+        raise InvalidEvent(f"{type_} needs 'blobs': channel -> the seq of its blob event")
+
+
 def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
     if "item" in payload and not isinstance(payload["item"], Mapping):
         raise InvalidEvent(f"{type_}.item must be a JSON object (a Responses input item)")
@@ -318,7 +397,15 @@ def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:
         _require_seq(payload, "seq", type_)
     elif type_ == ITEM and "item" not in payload:
         raise InvalidEvent(f"{type_} needs 'item', the Responses input item it keeps")
-    if type_ in MESSAGE_ROLES:
+    if (
+        type_ in _CARRY_MESSAGE
+        and "message" in payload
+        and not isinstance(payload["message"], Mapping)
+    ):
+        raise InvalidEvent(f"{type_}.message must be a JSON object (a LangChain message)")
+    if type_ in LANGGRAPH_TYPES:
+        _check_langgraph(type_, payload)
+    elif type_ in MESSAGE_ROLES:
         _check_message(type_, payload)
     elif type_ == "tool_call":
         _require_str(payload, "call_id", type_, nonempty=True)

@@ -1,0 +1,780 @@
+"""agentjournal as LangGraph's checkpointer (`pip install 'agentjournal[langgraph]'`).
+
+```python
+from agentjournal.integrations.langgraph import JournalSaver
+
+with JournalSaver.from_conn_string("agent.db") as saver:      # or AsyncJournalSaver
+    graph = builder.compile(checkpointer=saver)
+```
+
+A thread is a journal session (its subgraphs' namespaces included). A checkpoint stores what
+changed: one blob per (channel, version) in `new_versions`, and of a list that grew only what was
+added. The messages a graph adds to its `messages` channel are also the journal's own message
+and tool-call events, so `replay`, `messages`, the inspector and the CLI show the thread as a
+conversation. `copy_thread` is a journal `fork`; `delete_thread` and `prune(strategy="delete")`
+purge. `langgraph_events` has the events; docs/integrations.md the whole story.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import hashlib
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any, TypeVar
+
+from langchain_core.messages import message_to_dict
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+import agentjournal.integrations.langgraph_events as lg
+from agentjournal.aio import AsyncJournal
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.events import (
+    LANGGRAPH_BLOB,
+    LANGGRAPH_CHECKPOINT,
+    LANGGRAPH_PRUNED,
+    LANGGRAPH_WRITES,
+    Event,
+    NewEvent,
+)
+from agentjournal.journal import Durability, Journal
+
+__all__ = ["AsyncJournalSaver", "JournalSaver", "session_id_for"]
+
+T = TypeVar("T")
+_PAGE = 500
+_CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
+
+
+def session_id_for(thread_id: str) -> str:
+    """The journal session of a thread: the thread id itself when it is a valid session id (so
+    the inspector opens it at `#/sessions/<thread_id>`), else `lg-` and a hash of it."""
+    if 0 < len(thread_id) <= 128 and thread_id[0].isalnum() and set(thread_id) <= _ID_CHARS:
+        return thread_id
+    return "lg-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
+
+
+class _Head:
+    """A checkpoint as this process saw it: its event's seq and, per channel, the version it
+    holds and the seq of the blob event with that value."""
+
+    __slots__ = ("blobs", "seq")
+
+    def __init__(self, seq: int, blobs: dict[str, tuple[Any, int]]) -> None:
+        self.seq, self.blobs = seq, blobs
+
+
+class _Thread:
+    """What this process knows of one thread's session (all of it can be read again)."""
+
+    __slots__ = ("heads", "latest", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.heads: dict[tuple[str, str], _Head] = {}  # (ns, checkpoint id) -> what it holds
+        self.latest: dict[str, int] = {}  # ns -> seq of the newest checkpoint put here
+
+
+class _Saver(BaseCheckpointSaver[str]):
+    """The checkpointer's work, over a sync `Journal`; the two public classes add async."""
+
+    journal: Journal
+
+    def __init__(self, journal: Journal, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.journal = journal
+        self._lock = threading.Lock()
+        self._threads: dict[str, _Thread] = {}
+        self._values: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+        self._owned = False
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def _session(self, thread_id: str) -> str | None:
+        """The data session of a thread (a copied thread's is a fork), None if none exists."""
+        home = session_id_for(thread_id)
+        try:
+            session = self.journal.get_session(home)
+        except SessionNotFound:
+            return None
+        target = session.metadata.get("langgraph_session")
+        return target if isinstance(target, str) else home
+
+    def _ensure(self, thread_id: str) -> str:
+        found = self._session(thread_id)
+        if found is not None:
+            return found
+        home = session_id_for(thread_id)
+        try:
+            self.journal.create_session(
+                thread_id[:200],
+                metadata={"integration": "langgraph", "thread_id": thread_id},
+                session_id=home,
+                idempotency_key=f"langgraph:{home}",
+            )
+        except Conflict as exc:
+            raise Conflict(
+                f"session {home!r} exists and is not this LangGraph thread's: {exc}"
+            ) from exc
+        return home
+
+    def _thread(self, session_id: str) -> _Thread:
+        with self._lock:
+            found = self._threads.get(session_id)
+            if found is None:
+                found = self._threads[session_id] = _Thread(session_id)
+            return found
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._threads.pop(session_id, None)
+            for key in [k for k in self._values if k[0] == session_id]:
+                del self._values[key]
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _event(self, session_id: str, seq: int) -> Event | None:
+        found = self.journal.events(session_id, after=seq - 1, limit=1)
+        return found[0] if found and found[0].seq == seq else None
+
+    def _value(self, session_id: str, seq: int) -> tuple[Any, int]:
+        """The value the blob event at `seq` holds (`_EMPTY` for a cleared channel), following
+        `base` for a list stored as an extension, and how many extensions lead to it."""
+        with self._lock:
+            found = self._values.get((session_id, seq))
+            if found is not None:
+                self._values.move_to_end((session_id, seq))
+                return found[0], found[1]
+        event = self._event(session_id, seq)
+        if event is None or event.type != LANGGRAPH_BLOB:
+            raise Conflict(f"session {session_id}: seq {seq} is not a LangGraph blob")
+        payload = event.payload
+        depth = int(payload.get("depth", 0))
+        if payload["value"]["type"] == "empty":
+            value: Any = _EMPTY
+        else:
+            value = self.serde.loads_typed(lg.decode(payload["value"]))
+            if "base" in payload:
+                value = [*self._value(session_id, payload["base"])[0], *value]
+        self._keep(session_id, seq, value, depth)
+        return value, depth
+
+    def _keep(self, session_id: str, seq: int, value: Any, depth: int) -> None:
+        with self._lock:
+            self._values[(session_id, seq)] = (value, depth)
+            while len(self._values) > _CACHED_VALUES:
+                self._values.popitem(last=False)
+
+    def _scan_back(self, session_id: str, until: Callable[[Event], bool]) -> builtins.list[Event]:
+        """The session's events from the newest back to the first that `until` accepts (oldest
+        first, that one included); all of them if none does."""
+        found: builtins.list[Event] = []
+        before = 2**63 - 1
+        while True:
+            page = self.journal.events(session_id, before=before, limit=_PAGE)
+            for index in range(len(page) - 1, -1, -1):
+                if until(page[index]):
+                    return page[index:] + found
+            found = page + found
+            if len(page) < _PAGE:
+                return found
+            before = page[0].seq
+
+    def _after(self, session_id: str, seq: int) -> Iterator[Event]:
+        after = seq
+        while True:
+            page = self.journal.events(session_id, after=after, limit=_PAGE)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1].seq
+
+    def _locate(self, session_id: str, ns: str, checkpoint_id: str | None) -> builtins.list[Event]:
+        """The checkpoint's event and every event after it; [] if there is no such checkpoint."""
+        thread = self._thread(session_id)
+        head = thread.heads.get((ns, checkpoint_id)) if checkpoint_id is not None else None
+        known = thread.latest.get(ns) if checkpoint_id is None else getattr(head, "seq", None)
+        if known is not None:
+            events = list(self._after(session_id, known - 1))
+            # Another process may have put a newer checkpoint, or pruned this one.
+            moved = any(
+                (checkpoint_id is None and lg.is_checkpoint(e, ns)) or e.type == LANGGRAPH_PRUNED
+                for e in events[1:]
+            )
+            if events and lg.is_checkpoint(events[0], ns) and not moved:
+                return events
+        events = self._scan_back(
+            session_id,
+            lambda e: (
+                lg.is_checkpoint(e, ns)
+                and (checkpoint_id is None or e.payload["checkpoint_id"] == checkpoint_id)
+            ),
+        )
+        if not events or not lg.is_checkpoint(events[0], ns):
+            return []
+        pruned = [e for e in events if e.type == LANGGRAPH_PRUNED]
+        if pruned and pruned[-1].payload["keep"].get(ns) != events[0].payload["checkpoint_id"]:
+            return []  # hidden by a prune (the newest of a namespace never is)
+        return events
+
+    def _head(self, session_id: str, event: Event) -> _Head:
+        """What the checkpoint `event` holds, remembered for the puts that follow it."""
+        payload = event.payload
+        checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
+        versions = checkpoint.get("channel_versions", {})
+        blobs: dict[str, tuple[Any, int]] = {}
+        for channel in payload["blobs"]:
+            seq = lg.blob_ref(event, channel)
+            assert seq is not None
+            blobs[channel] = (versions.get(channel), seq)
+        head = _Head(event.seq, blobs)
+        thread = self._thread(session_id)
+        with self._lock:
+            thread.heads[(payload["ns"], payload["checkpoint_id"])] = head
+        return head
+
+    def _tuple(self, thread_id: str, session_id: str, events: Sequence[Event]) -> CheckpointTuple:
+        """The tuple of the checkpoint `events[0]`, its pending writes among `events`."""
+        head = events[0]
+        payload = head.payload
+        ns, checkpoint_id = payload["ns"], payload["checkpoint_id"]
+        checkpoint: Checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
+        values: dict[str, Any] = {}
+        for channel, (_, seq) in self._head(session_id, head).blobs.items():
+            value = self._value(session_id, seq)[0]
+            if value is not _EMPTY:
+                values[channel] = list(value) if isinstance(value, list) else value
+        writes = lg.pending_writes(e for e in events if lg.is_writes(e, ns, checkpoint_id))
+        config: RunnableConfig = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+        parent = payload.get("parent_id")
+        return CheckpointTuple(
+            config=config,
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=self.serde.loads_typed(lg.decode(payload["metadata"])),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": parent,
+                    }
+                }
+                if parent
+                else None
+            ),
+            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v in writes],
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns = _thread_of(config)
+        session_id = self._session(thread_id)
+        if session_id is None:
+            return None
+        try:
+            events = self._locate(session_id, ns, get_checkpoint_id(config))
+        except SessionNotFound:
+            self._forget(session_id)
+            return None
+        return self._tuple(thread_id, session_id, events) if events else None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        if config is None:
+            threads = self._threads_listed()
+            ns_only = checkpoint_only = None
+        else:
+            thread_id, _ = _thread_of(config)
+            session_id = self._session(thread_id)
+            threads = [] if session_id is None else [(thread_id, session_id)]
+            ns_only = config["configurable"].get("checkpoint_ns")
+            checkpoint_only = get_checkpoint_id(config)
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for thread_id, session_id in threads:
+            try:
+                events = list(self._after(session_id, 0))
+            except SessionNotFound:
+                continue
+            heads = _visible_checkpoints(events)
+            for head in sorted(heads, key=lambda e: e.payload["checkpoint_id"], reverse=True):
+                ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
+                if ns_only is not None and ns != ns_only:
+                    continue
+                if checkpoint_only and checkpoint_id != checkpoint_only:
+                    continue
+                if before_id and checkpoint_id >= before_id:
+                    continue
+                if filter:
+                    metadata = self.serde.loads_typed(lg.decode(head.payload["metadata"]))
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                if remaining is not None:
+                    if remaining <= 0:
+                        return
+                    remaining -= 1
+                tail = [e for e in events if e.seq >= head.seq]
+                yield self._tuple(thread_id, session_id, tail)
+
+    def _threads_listed(self) -> builtins.list[tuple[str, str]]:
+        """Every LangGraph thread of the tenant, as (thread id, data session)."""
+        found: builtins.list[tuple[str, str]] = []
+        cursor = None
+        while True:
+            page = self.journal.sessions(limit=1000, cursor=cursor)
+            for session in page:
+                meta = session.metadata
+                if meta.get("integration") != "langgraph" or not isinstance(
+                    meta.get("thread_id"), str
+                ):
+                    continue
+                target = meta.get("langgraph_session")
+                if isinstance(target, str):
+                    found.append((meta["thread_id"], target))
+                elif session.forked_from is None:
+                    found.append((meta["thread_id"], session.session_id))
+            if len(page) < 1000:
+                return found
+            cursor = page[-1].last_position
+
+    # -- writing --------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns = _thread_of(config)
+        session_id = self._ensure(thread_id)
+        parent_id = get_checkpoint_id(config)
+        parent = self._parent(session_id, ns, parent_id)
+        values = checkpoint["channel_values"]
+        batch: builtins.list[NewEvent] = []
+        fresh: dict[str, tuple[int, Any, int]] = {}  # channel -> batch index, value, depth
+        added: builtins.list[Any] = []
+        for channel, version in new_versions.items():
+            value = values.get(channel, _EMPTY)
+            base = self._base(session_id, parent, channel, value)
+            payload, depth = self._blob(ns, channel, version, value, base)
+            kept = list(value) if isinstance(value, list) else value
+            fresh[channel] = (len(batch), kept, depth)
+            batch.append(NewEvent(LANGGRAPH_BLOB, payload))
+            if ns == "" and channel == "messages" and lg.is_message_list(value):
+                old = base[1] if base is not None else None
+                added = lg.new_messages(old if isinstance(old, list) else None, value)
+        blobs: dict[str, tuple[Any, int]] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            if channel not in fresh:
+                seq = self._blob_seq(session_id, ns, channel, version, parent)
+                if seq is not None:
+                    blobs[channel] = (version, seq)
+        batch += self._message_events(session_id, added)
+        refs = {channel: seq for channel, (_, seq) in blobs.items()}
+        for channel, (index, _, _) in fresh.items():
+            refs[channel] = index - len(batch)  # counted back from the checkpoint event
+        stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        batch.append(
+            NewEvent(
+                LANGGRAPH_CHECKPOINT,
+                lg.checkpoint_payload(
+                    ns,
+                    checkpoint["id"],
+                    parent_id,
+                    self.serde.dumps_typed(stored),
+                    self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
+                    refs,
+                ),
+            )
+        )
+        appended = self.journal.append_many(session_id, batch)
+        for channel, (index, value, depth) in fresh.items():
+            blobs[channel] = (new_versions[channel], appended[index].seq)
+            self._keep(session_id, appended[index].seq, value, depth)
+        thread = self._thread(session_id)
+        with self._lock:
+            thread.heads[(ns, checkpoint["id"])] = _Head(appended[-1].seq, blobs)
+            thread.latest[ns] = appended[-1].seq
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _parent(self, session_id: str, ns: str, parent_id: str | None) -> _Head | None:
+        if parent_id is None:
+            return None
+        known = self._thread(session_id).heads.get((ns, parent_id))
+        if known is not None:
+            return known
+        events = self._locate(session_id, ns, parent_id)
+        return self._head(session_id, events[0]) if events else None
+
+    def _base(
+        self, session_id: str, parent: _Head | None, channel: str, value: Any
+    ) -> tuple[int, Any, int] | None:
+        """The parent's value of `channel` (its blob's seq, the value, its depth), if the new
+        value is a list and the parent has a value to compare it with."""
+        if parent is None or not isinstance(value, list) or channel not in parent.blobs:
+            return None
+        seq = parent.blobs[channel][1]
+        old, depth = self._value(session_id, seq)
+        return seq, old, depth
+
+    def _blob(
+        self, ns: str, channel: str, version: Any, value: Any, base: tuple[int, Any, int] | None
+    ) -> tuple[dict[str, Any], int]:
+        """The blob payload of a channel's new value, and its depth: a list that extends its
+        parent's value is stored as the items added."""
+        if value is _EMPTY:
+            return lg.blob_payload(ns, channel, version, ("empty", b"")), 0
+        if base is not None:
+            seq, old, depth = base
+            if (
+                isinstance(old, list)
+                and depth < lg.MAX_DEPTH
+                and len(value) > len(old)
+                and value[: len(old)] == old
+            ):
+                added = self.serde.dumps_typed(value[len(old) :])
+                payload = lg.blob_payload(ns, channel, version, added, base=seq, depth=depth + 1)
+                return payload, depth + 1
+        return lg.blob_payload(ns, channel, version, self.serde.dumps_typed(value)), 0
+
+    def _blob_seq(
+        self, session_id: str, ns: str, channel: str, version: Any, parent: _Head | None
+    ) -> int | None:
+        """The seq of the blob holding (channel, version) in this thread, for a channel this
+        checkpoint did not change: its parent's, else the newest such blob (None: no value)."""
+        if parent is not None and channel in parent.blobs:
+            held, seq = parent.blobs[channel]
+            if held == version:
+                return seq
+
+        def holds(event: Event) -> bool:
+            payload = event.payload
+            return (
+                event.type == LANGGRAPH_BLOB
+                and payload["ns"] == ns
+                and payload["channel"] == channel
+                and payload["version"] == version
+            )
+
+        found = self._scan_back(session_id, holds)
+        return found[0].seq if found and holds(found[0]) else None
+
+    def _message_events(
+        self, session_id: str, messages: builtins.list[Any]
+    ) -> builtins.list[NewEvent]:
+        if not messages:
+            return []
+        named = lg.call_ids(messages)
+        calls = self.journal.tool_calls(session_id, call_ids=named) if named else []
+        return lg.message_events(
+            messages,
+            [_original(m) for m in messages],
+            used_calls={c.call_id for c in calls},
+            open_calls={c.call_id for c in calls if c.status == "pending"},
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns = _thread_of(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise InvalidArgument("put_writes needs a config with a checkpoint_id")
+        if not writes:
+            return
+        session_id = self._ensure(thread_id)
+        typed = [
+            (WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        payload = lg.writes_payload(ns, checkpoint_id, task_id, task_path, typed)
+        self.journal.append(session_id, LANGGRAPH_WRITES, payload)
+
+    # -- threads --------------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Purge the thread's session (and, for a copied thread, its fork): every checkpoint,
+        write and message of it is gone; the journal keeps an audit row without content."""
+        home = session_id_for(str(thread_id))
+        data = self._session(str(thread_id))
+        for session_id in dict.fromkeys([data, home]):
+            if session_id is None:
+                continue
+            self._forget(session_id)
+            with suppress(SessionNotFound):
+                self.journal.purge_session(session_id, actor="langgraph")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """A journal `fork` of the source's session, which the target thread then names."""
+        source = self._session(str(source_thread_id))
+        if source is None:
+            return
+        home = session_id_for(str(target_thread_id))
+        if self._session(str(target_thread_id)) is not None:
+            raise Conflict(f"thread {target_thread_id!r} exists already; delete it first")
+        fork = self.journal.fork(
+            source, title=str(target_thread_id)[:200], idempotency_key=f"langgraph-copy:{home}"
+        )
+        self.journal.create_session(
+            str(target_thread_id)[:200],
+            metadata={
+                "integration": "langgraph",
+                "thread_id": str(target_thread_id),
+                "langgraph_session": fork.session_id,
+            },
+            session_id=home,
+            idempotency_key=f"langgraph:{home}",
+        )
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`"delete"`: purge the threads (as `delete_thread`). `"keep_latest"`: every
+        checkpoint but the newest of each namespace leaves LangGraph's view (`list`,
+        `get_tuple`); the journal keeps them, so they stay in the inspector and `replay`."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgument("strategy must be 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            session_id = self._session(str(thread_id))
+            if session_id is None:
+                continue
+            heads = _visible_checkpoints(list(self._after(session_id, 0)))
+            keep: dict[str, str] = {}
+            for head in heads:
+                ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
+                keep[ns] = max(keep.get(ns, checkpoint_id), checkpoint_id)
+            if len(keep) < len(heads):
+                self.journal.append(session_id, LANGGRAPH_PRUNED, {"keep": keep})
+            thread = self._thread(session_id)
+            with self._lock:
+                thread.heads = {k: v for k, v in thread.heads.items() if keep.get(k[0]) == k[1]}
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As LangGraph's own savers: an increasing counter and a random tail, so that two
+        branches of a thread never give one channel the same version."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    def close(self) -> None:
+        """Close the journal if `from_conn_string` opened it (one handed in stays open)."""
+        if self._owned:
+            self.journal.close()
+
+
+_EMPTY = object()
+
+
+def _thread_of(config: RunnableConfig) -> tuple[str, str]:
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise InvalidArgument("a LangGraph config needs configurable.thread_id")
+    ns = configurable.get("checkpoint_ns") or ""
+    return str(thread_id), str(ns)
+
+
+def _visible_checkpoints(events: Sequence[Event]) -> list[Event]:
+    """The newest event of every checkpoint that no later `langgraph.pruned` removed."""
+    heads: dict[tuple[str, str], Event] = {}
+    for event in events:
+        if event.type == LANGGRAPH_CHECKPOINT:
+            heads[(event.payload["ns"], event.payload["checkpoint_id"])] = event
+        elif event.type == LANGGRAPH_PRUNED:
+            keep = event.payload["keep"]
+            heads = {k: e for k, e in heads.items() if keep.get(k[0]) == k[1]}
+    return list(heads.values())
+
+
+def _original(message: Any) -> dict[str, Any]:
+    """A LangChain message as JSON (what `messages_from_dict` reads back)."""
+    import json
+
+    return dict(json.loads(json.dumps(message_to_dict(message), default=str)))
+
+
+class JournalSaver(_Saver):
+    """LangGraph's checkpointer over a `Journal` (its async methods run the sync ones on a
+    worker thread)."""
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        tenant: str = "default",
+        durability: Durability = "full",
+        serde: SerializerProtocol | None = None,
+    ) -> Iterator[JournalSaver]:
+        """A saver over a journal of its own at `conn_string` (a SQLite path or
+        `postgresql://…`), closed on leaving the block. The journal migrates itself."""
+        journal = Journal.open(conn_string, tenant=tenant, durability=durability)
+        saver = cls(journal, serde=serde)
+        saver._owned = True
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+class AsyncJournalSaver(_Saver):
+    """LangGraph's checkpointer over an `AsyncJournal`: its async methods run on the journal's
+    worker threads, so concurrent graphs share its group commit and never block the loop."""
+
+    def __init__(self, journal: AsyncJournal, *, serde: SerializerProtocol | None = None) -> None:
+        if not isinstance(journal, AsyncJournal):
+            raise InvalidArgument("AsyncJournalSaver takes an AsyncJournal")
+        super().__init__(journal.journal, serde=serde)
+        self.async_journal = journal
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        tenant: str = "default",
+        durability: Durability = "full",
+        serde: SerializerProtocol | None = None,
+    ) -> AsyncIterator[AsyncJournalSaver]:
+        """A saver over a journal of its own at `conn_string`, closed on leaving the block."""
+        journal = await AsyncJournal.open(conn_string, tenant=tenant, durability=durability)
+        try:
+            yield cls(journal, serde=serde)
+        finally:
+            await journal.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.async_journal._run(fn, *args, **kwargs)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await self._run(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._run(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._run(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._run(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self.prune, thread_ids, strategy=strategy)
