@@ -388,6 +388,11 @@ def _check_langgraph(type_: str, payload: Mapping[str, Any]) -> None:
         isinstance(v, int) and not isinstance(v, bool) and v != 0 for v in blobs.values()
     ):
         raise InvalidEvent(f"{type_} needs 'blobs': channel -> the seq of its blob event")
+    early = payload.get("early_writes", [])
+    if not isinstance(early, list | tuple) or not all(
+        isinstance(seq, int) and not isinstance(seq, bool) and seq >= 1 for seq in early
+    ):
+        raise InvalidEvent(f"{type_}.early_writes must be a list of seqs")
 
 
 def _check_shape(type_: str, payload: Mapping[str, Any]) -> None:

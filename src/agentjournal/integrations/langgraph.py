@@ -58,6 +58,7 @@ __all__ = ["AsyncJournalSaver", "JournalSaver", "session_id_for"]
 
 T = TypeVar("T")
 _PAGE = 500
+_EARLY = 256  # checkpoints whose writes came first, remembered per thread until they are put
 _CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
 
@@ -83,10 +84,16 @@ class _Head:
 class _Thread:
     """What this process knows of one thread's session (all of it can be read again)."""
 
-    __slots__ = ("heads", "latest", "session_id")
+    __slots__ = ("early", "heads", "latest", "lock", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
+        # LangGraph puts a checkpoint on a worker thread while the tasks of its step run, so a
+        # task's writes may reach the journal before their checkpoint does. The puts and writes
+        # of one thread take turns under `lock`; writes for a checkpoint not yet put here are
+        # `early`, and the checkpoint, put later, names them (`early_writes`).
+        self.lock = threading.Lock()
+        self.early: dict[tuple[str, str], list[int]] = {}
         self.heads: dict[tuple[str, str], _Head] = {}  # (ns, checkpoint id) -> what it holds
         self.latest: dict[str, int] = {}  # ns -> seq of the newest checkpoint put here
 
@@ -97,6 +104,8 @@ class _Saver(BaseCheckpointSaver[str]):
     journal: Journal
 
     def __init__(self, journal: Journal, *, serde: SerializerProtocol | None = None) -> None:
+        if not isinstance(journal, Journal):
+            raise InvalidArgument("JournalSaver takes a Journal (AsyncJournalSaver an AsyncJournal)")
         super().__init__(serde=serde)
         self.journal = journal
         self._lock = threading.Lock()
@@ -249,9 +258,10 @@ class _Saver(BaseCheckpointSaver[str]):
             thread.heads[(payload["ns"], payload["checkpoint_id"])] = head
         return head
 
-    def _tuple(self, thread_id: str, session_id: str, events: Sequence[Event]) -> CheckpointTuple:
-        """The tuple of the checkpoint `events[0]`, its pending writes among `events`."""
-        head = events[0]
+    def _tuple(
+        self, thread_id: str, session_id: str, head: Event, writes: Sequence[Event]
+    ) -> CheckpointTuple:
+        """The tuple of the checkpoint event `head`, its pending writes among `writes`."""
         payload = head.payload
         ns, checkpoint_id = payload["ns"], payload["checkpoint_id"]
         checkpoint: Checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
@@ -260,7 +270,7 @@ class _Saver(BaseCheckpointSaver[str]):
             value = self._value(session_id, seq)[0]
             if value is not _EMPTY:
                 values[channel] = list(value) if isinstance(value, list) else value
-        writes = lg.pending_writes(e for e in events if lg.is_writes(e, ns, checkpoint_id))
+        pending = lg.pending_writes(e for e in writes if lg.is_writes(e, ns, checkpoint_id))
         config: RunnableConfig = {
             "configurable": {
                 "thread_id": thread_id,
@@ -284,7 +294,7 @@ class _Saver(BaseCheckpointSaver[str]):
                 if parent
                 else None
             ),
-            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v in writes],
+            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v in pending],
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -297,7 +307,11 @@ class _Saver(BaseCheckpointSaver[str]):
         except SessionNotFound:
             self._forget(session_id)
             return None
-        return self._tuple(thread_id, session_id, events) if events else None
+        if not events:
+            return None
+        early = [self._event(session_id, seq) for seq in events[0].payload.get("early_writes", ())]
+        writes = [e for e in early if e is not None] + events[1:]
+        return self._tuple(thread_id, session_id, events[0], writes)
 
     def list(
         self,
@@ -324,6 +338,11 @@ class _Saver(BaseCheckpointSaver[str]):
             except SessionNotFound:
                 continue
             heads = _visible_checkpoints(events)
+            writes: dict[tuple[str, str], builtins.list[Event]] = {}
+            for event in events:
+                if event.type == LANGGRAPH_WRITES:
+                    key = (event.payload["ns"], event.payload["checkpoint_id"])
+                    writes.setdefault(key, []).append(event)
             for head in sorted(heads, key=lambda e: e.payload["checkpoint_id"], reverse=True):
                 ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
                 if ns_only is not None and ns != ns_only:
@@ -340,8 +359,7 @@ class _Saver(BaseCheckpointSaver[str]):
                     if remaining <= 0:
                         return
                     remaining -= 1
-                tail = [e for e in events if e.seq >= head.seq]
-                yield self._tuple(thread_id, session_id, tail)
+                yield self._tuple(thread_id, session_id, head, writes.get((ns, checkpoint_id), []))
 
     def _threads_listed(self) -> builtins.list[tuple[str, str]]:
         """Every LangGraph thread of the tenant, as (thread id, data session)."""
@@ -402,27 +420,29 @@ class _Saver(BaseCheckpointSaver[str]):
         for channel, (index, _, _) in fresh.items():
             refs[channel] = index - len(batch)  # counted back from the checkpoint event
         stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        batch.append(
-            NewEvent(
-                LANGGRAPH_CHECKPOINT,
-                lg.checkpoint_payload(
-                    ns,
-                    checkpoint["id"],
-                    parent_id,
-                    self.serde.dumps_typed(stored),
-                    self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
-                    refs,
-                ),
-            )
+        payload = lg.checkpoint_payload(
+            ns,
+            checkpoint["id"],
+            parent_id,
+            self.serde.dumps_typed(stored),
+            self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
+            refs,
         )
-        appended = self.journal.append_many(session_id, batch)
-        for channel, (index, value, depth) in fresh.items():
-            blobs[channel] = (new_versions[channel], appended[index].seq)
-            self._keep(session_id, appended[index].seq, value, depth)
         thread = self._thread(session_id)
-        with self._lock:
-            thread.heads[(ns, checkpoint["id"])] = _Head(appended[-1].seq, blobs)
-            thread.latest[ns] = appended[-1].seq
+        with thread.lock:
+            early = thread.early.get((ns, checkpoint["id"]))
+            if early:
+                payload["early_writes"] = list(early)
+            appended = self.journal.append_many(
+                session_id, [*batch, NewEvent(LANGGRAPH_CHECKPOINT, payload)]
+            )
+            for channel, (index, value, depth) in fresh.items():
+                blobs[channel] = (new_versions[channel], appended[index].seq)
+                self._keep(session_id, appended[index].seq, value, depth)
+            with self._lock:
+                thread.early.pop((ns, checkpoint["id"]), None)
+                thread.heads[(ns, checkpoint["id"])] = _Head(appended[-1].seq, blobs)
+                thread.latest[ns] = appended[-1].seq
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -526,7 +546,15 @@ class _Saver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         payload = lg.writes_payload(ns, checkpoint_id, task_id, task_path, typed)
-        self.journal.append(session_id, LANGGRAPH_WRITES, payload)
+        thread = self._thread(session_id)
+        with thread.lock:
+            event = self.journal.append(session_id, LANGGRAPH_WRITES, payload)
+            if (ns, checkpoint_id) not in thread.heads:
+                with self._lock:
+                    early = thread.early.setdefault((ns, checkpoint_id), [])
+                    early.append(event.seq)
+                    if len(thread.early) > _EARLY:  # checkpoints never put: forget the oldest
+                        del thread.early[next(iter(thread.early))]
 
     # -- threads --------------------------------------------------------------------------
 
@@ -599,6 +627,55 @@ class _Saver(BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
 
+    # -- async: the same work on a worker thread ---------------------------------------------
+
+    async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        raise NotImplementedError
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._offload(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await self._offload(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._offload(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._offload(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._offload(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._offload(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._offload(self.prune, thread_ids, strategy=strategy)
+
     def close(self) -> None:
         """Close the journal if `from_conn_string` opened it (one handed in stays open)."""
         if self._owned:
@@ -660,49 +737,8 @@ class JournalSaver(_Saver):
         finally:
             saver.close()
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(
-            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
-        )
-        for item in found:
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+    async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 class AsyncJournalSaver(_Saver):
@@ -732,49 +768,5 @@ class AsyncJournalSaver(_Saver):
         finally:
             await journal.close()
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.async_journal._run(fn, *args, **kwargs)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._run(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        found = await self._run(
-            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
-        )
-        for item in found:
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await self._run(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self._run(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self._run(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._run(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._run(self.prune, thread_ids, strategy=strategy)

@@ -16,7 +16,9 @@ A LangGraph thread is one journal session. `JournalSaver.put` appends one batch:
   from the checkpoint's own seq, for a blob in the same batch).
 
 `put_writes` appends `langgraph.writes {ns, checkpoint_id, task_id, task_path, writes}`; which
-of them count is decided when they are read (`pending_writes`), by LangGraph's rules.
+of them count is decided when they are read (`pending_writes`), by LangGraph's rules. A task's
+writes can reach the journal before their checkpoint (LangGraph puts checkpoints on a worker
+thread while the step's tasks run): the checkpoint then lists their seqs in `early_writes`.
 `prune(strategy="keep_latest")` appends `langgraph.pruned {keep}`.
 """
 
