@@ -105,7 +105,9 @@ class _Saver(BaseCheckpointSaver[str]):
 
     def __init__(self, journal: Journal, *, serde: SerializerProtocol | None = None) -> None:
         if not isinstance(journal, Journal):
-            raise InvalidArgument("JournalSaver takes a Journal (AsyncJournalSaver an AsyncJournal)")
+            raise InvalidArgument(
+                "JournalSaver takes a Journal (AsyncJournalSaver an AsyncJournal)"
+            )
         super().__init__(serde=serde)
         self.journal = journal
         self._lock = threading.Lock()
@@ -122,6 +124,8 @@ class _Saver(BaseCheckpointSaver[str]):
             session = self.journal.get_session(home)
         except SessionNotFound:
             return None
+        if session.metadata.get("integration") != "langgraph":
+            raise Conflict(f"session {home!r} is not a LangGraph thread's; use another thread_id")
         target = session.metadata.get("langgraph_session")
         return target if isinstance(target, str) else home
 
@@ -137,10 +141,13 @@ class _Saver(BaseCheckpointSaver[str]):
                 session_id=home,
                 idempotency_key=f"langgraph:{home}",
             )
-        except Conflict as exc:
-            raise Conflict(
-                f"session {home!r} exists and is not this LangGraph thread's: {exc}"
-            ) from exc
+        except Conflict:
+            # Created meanwhile by another thread or process (on PostgreSQL two concurrent
+            # creations can both miss the other's idempotency key): use it if it is ours.
+            found = self._session(thread_id)
+            if found is None:
+                raise
+            return found
         return home
 
     def _thread(self, session_id: str) -> _Thread:
