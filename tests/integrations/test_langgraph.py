@@ -47,13 +47,14 @@ from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "postgres-pooler"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "agent.db")
     else:
+        options = {"pooler": "transaction"} if request.param == "postgres-pooler" else {}
         with fresh_schema("lg") as schema:
-            yield url_for(schema)
+            yield url_for(schema, **options)
 
 
 def config(thread_id: str, **extra: Any) -> RunnableConfig:

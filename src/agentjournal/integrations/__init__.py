@@ -5,4 +5,7 @@ by name, with its framework as an optional extra; `import agentjournal` never im
   (`pip install 'agentjournal[openai-agents]'`).
 - `agentjournal.integrations.responses`: Responses API input items as journal events (pure, no
   framework), what the session above stores.
+- `agentjournal.integrations.langgraph.JournalSaver` / `AsyncJournalSaver`: LangGraph's
+  checkpointer (`pip install 'agentjournal[langgraph]'`); `langgraph_events` holds its events
+  (pure).
 """
