@@ -101,11 +101,18 @@ ALLOWED: dict[str, set[str]] = {
     "integrations.responses": {"errors", "events"},
     "integrations.known_state": {"events", "integrations.responses"},
     "integrations.langgraph_events": {"errors", "events"},
+    "integrations.langgraph_store": {
+        "errors",
+        "events",
+        "integrations.langgraph_events",
+        "journal",
+    },
     "integrations.langgraph": {
         "aio",
         "errors",
         "events",
         "integrations.langgraph_events",
+        "integrations.langgraph_store",
         "journal",
     },
     "integrations.openai_agents": {

@@ -445,3 +445,15 @@ def test_a_journal_handed_in_stays_open(tmp_path: Path) -> None:
         counter_graph(saver).invoke({"seen": []}, config("t"))
         saver.close()
         assert journal.get_session("t").event_count > 1
+
+
+def test_a_compiled_graph_reads_with_the_serde_langgraph_gave_it(tmp_path: Path) -> None:
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[("decimal", "Decimal")])
+    with JournalSaver.from_conn_string(str(tmp_path / "agent.db"), serde=serde) as saver:
+        clone = saver.with_allowlist([("collections", "OrderedDict")])
+        assert isinstance(clone, JournalSaver)
+        assert clone is not saver
+        assert clone.store.serde is clone.serde
+        assert saver.store.serde is saver.serde
+        counter_graph(saver).invoke({"seen": []}, config("t"))
+        assert clone.get_tuple(config("t")) is not None

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import hashlib
+import json
 import random
-import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -52,50 +50,18 @@ from agentjournal.events import (
     Event,
     NewEvent,
 )
+from agentjournal.integrations.langgraph_store import (
+    EMPTY,
+    Head,
+    ThreadStore,
+    session_id_for,
+    visible_checkpoints,
+)
 from agentjournal.journal import Durability, Journal
 
 __all__ = ["AsyncJournalSaver", "JournalSaver", "session_id_for"]
 
 T = TypeVar("T")
-_PAGE = 500
-_EARLY = 256  # checkpoints whose writes came first, remembered per thread until they are put
-_CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
-_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
-
-
-def session_id_for(thread_id: str) -> str:
-    """The journal session of a thread: the thread id itself when it is a valid session id (so
-    the inspector opens it at `#/sessions/<thread_id>`), else `lg-` and a hash of it."""
-    if 0 < len(thread_id) <= 128 and thread_id[0].isalnum() and set(thread_id) <= _ID_CHARS:
-        return thread_id
-    return "lg-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
-
-
-class _Head:
-    """A checkpoint as this process saw it: its event's seq and, per channel, the version it
-    holds and the seq of the blob event with that value."""
-
-    __slots__ = ("blobs", "seq")
-
-    def __init__(self, seq: int, blobs: dict[str, tuple[Any, int]]) -> None:
-        self.seq, self.blobs = seq, blobs
-
-
-class _Thread:
-    """What this process knows of one thread's session (all of it can be read again)."""
-
-    __slots__ = ("early", "heads", "latest", "lock", "session_id")
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        # LangGraph puts a checkpoint on a worker thread while the tasks of its step run, so a
-        # task's writes may reach the journal before their checkpoint does. The puts and writes
-        # of one thread take turns under `lock`; writes for a checkpoint not yet put here are
-        # `early`, and the checkpoint, put later, names them (`early_writes`).
-        self.lock = threading.Lock()
-        self.early: dict[tuple[str, str], list[int]] = {}
-        self.heads: dict[tuple[str, str], _Head] = {}  # (ns, checkpoint id) -> what it holds
-        self.latest: dict[str, int] = {}  # ns -> seq of the newest checkpoint put here
 
 
 class _Saver(BaseCheckpointSaver[str]):
@@ -110,160 +76,19 @@ class _Saver(BaseCheckpointSaver[str]):
             )
         super().__init__(serde=serde)
         self.journal = journal
-        self._lock = threading.Lock()
-        self._threads: dict[str, _Thread] = {}
-        self._values: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+        self.store = ThreadStore(journal, self.serde)
         self._owned = False
 
-    # -- sessions -------------------------------------------------------------------------
-
-    def _session(self, thread_id: str) -> str | None:
-        """The data session of a thread (a copied thread's is a fork), None if none exists."""
-        home = session_id_for(thread_id)
-        try:
-            session = self.journal.get_session(home)
-        except SessionNotFound:
-            return None
-        if session.metadata.get("integration") != "langgraph":
-            raise Conflict(f"session {home!r} is not a LangGraph thread's; use another thread_id")
-        target = session.metadata.get("langgraph_session")
-        return target if isinstance(target, str) else home
-
-    def _ensure(self, thread_id: str) -> str:
-        found = self._session(thread_id)
-        if found is not None:
-            return found
-        home = session_id_for(thread_id)
-        try:
-            self.journal.create_session(
-                thread_id[:200],
-                metadata={"integration": "langgraph", "thread_id": thread_id},
-                session_id=home,
-                idempotency_key=f"langgraph:{home}",
-            )
-        except Conflict:
-            # Created meanwhile by another thread or process (on PostgreSQL two concurrent
-            # creations can both miss the other's idempotency key): use it if it is ours.
-            found = self._session(thread_id)
-            if found is None:
-                raise
-            return found
-        return home
-
-    def _thread(self, session_id: str) -> _Thread:
-        with self._lock:
-            found = self._threads.get(session_id)
-            if found is None:
-                found = self._threads[session_id] = _Thread(session_id)
-            return found
-
-    def _forget(self, session_id: str) -> None:
-        with self._lock:
-            self._threads.pop(session_id, None)
-            for key in [k for k in self._values if k[0] == session_id]:
-                del self._values[key]
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> _Saver:
+        """LangGraph compiles a graph with a copy of its saver whose serde allows the graph's
+        types; the copy's store reads with that serde."""
+        clone = super().with_allowlist(extra_allowlist)
+        assert isinstance(clone, _Saver)
+        if clone is not self:
+            clone.store = self.store.with_serde(clone.serde)
+        return clone
 
     # -- reading --------------------------------------------------------------------------
-
-    def _event(self, session_id: str, seq: int) -> Event | None:
-        found = self.journal.events(session_id, after=seq - 1, limit=1)
-        return found[0] if found and found[0].seq == seq else None
-
-    def _value(self, session_id: str, seq: int) -> tuple[Any, int]:
-        """The value the blob event at `seq` holds (`_EMPTY` for a cleared channel), following
-        `base` for a list stored as an extension, and how many extensions lead to it."""
-        with self._lock:
-            found = self._values.get((session_id, seq))
-            if found is not None:
-                self._values.move_to_end((session_id, seq))
-                return found[0], found[1]
-        event = self._event(session_id, seq)
-        if event is None or event.type != LANGGRAPH_BLOB:
-            raise Conflict(f"session {session_id}: seq {seq} is not a LangGraph blob")
-        payload = event.payload
-        depth = int(payload.get("depth", 0))
-        if payload["value"]["type"] == "empty":
-            value: Any = _EMPTY
-        else:
-            value = self.serde.loads_typed(lg.decode(payload["value"]))
-            if "base" in payload:
-                value = [*self._value(session_id, payload["base"])[0], *value]
-        self._keep(session_id, seq, value, depth)
-        return value, depth
-
-    def _keep(self, session_id: str, seq: int, value: Any, depth: int) -> None:
-        with self._lock:
-            self._values[(session_id, seq)] = (value, depth)
-            while len(self._values) > _CACHED_VALUES:
-                self._values.popitem(last=False)
-
-    def _scan_back(self, session_id: str, until: Callable[[Event], bool]) -> builtins.list[Event]:
-        """The session's events from the newest back to the first that `until` accepts (oldest
-        first, that one included); all of them if none does."""
-        found: builtins.list[Event] = []
-        before = 2**63 - 1
-        while True:
-            page = self.journal.events(session_id, before=before, limit=_PAGE)
-            for index in range(len(page) - 1, -1, -1):
-                if until(page[index]):
-                    return page[index:] + found
-            found = page + found
-            if len(page) < _PAGE:
-                return found
-            before = page[0].seq
-
-    def _after(self, session_id: str, seq: int) -> Iterator[Event]:
-        after = seq
-        while True:
-            page = self.journal.events(session_id, after=after, limit=_PAGE)
-            yield from page
-            if len(page) < _PAGE:
-                return
-            after = page[-1].seq
-
-    def _locate(self, session_id: str, ns: str, checkpoint_id: str | None) -> builtins.list[Event]:
-        """The checkpoint's event and every event after it; [] if there is no such checkpoint."""
-        thread = self._thread(session_id)
-        head = thread.heads.get((ns, checkpoint_id)) if checkpoint_id is not None else None
-        known = thread.latest.get(ns) if checkpoint_id is None else getattr(head, "seq", None)
-        if known is not None:
-            events = list(self._after(session_id, known - 1))
-            # Another process may have put a newer checkpoint, or pruned this one.
-            moved = any(
-                (checkpoint_id is None and lg.is_checkpoint(e, ns)) or e.type == LANGGRAPH_PRUNED
-                for e in events[1:]
-            )
-            if events and lg.is_checkpoint(events[0], ns) and not moved:
-                return events
-        events = self._scan_back(
-            session_id,
-            lambda e: (
-                lg.is_checkpoint(e, ns)
-                and (checkpoint_id is None or e.payload["checkpoint_id"] == checkpoint_id)
-            ),
-        )
-        if not events or not lg.is_checkpoint(events[0], ns):
-            return []
-        pruned = [e for e in events if e.type == LANGGRAPH_PRUNED]
-        if pruned and pruned[-1].payload["keep"].get(ns) != events[0].payload["checkpoint_id"]:
-            return []  # hidden by a prune (the newest of a namespace never is)
-        return events
-
-    def _head(self, session_id: str, event: Event) -> _Head:
-        """What the checkpoint `event` holds, remembered for the puts that follow it."""
-        payload = event.payload
-        checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
-        versions = checkpoint.get("channel_versions", {})
-        blobs: dict[str, tuple[Any, int]] = {}
-        for channel in payload["blobs"]:
-            seq = lg.blob_ref(event, channel)
-            assert seq is not None
-            blobs[channel] = (versions.get(channel), seq)
-        head = _Head(event.seq, blobs)
-        thread = self._thread(session_id)
-        with self._lock:
-            thread.heads[(payload["ns"], payload["checkpoint_id"])] = head
-        return head
 
     def _tuple(
         self, thread_id: str, session_id: str, head: Event, writes: Sequence[Event]
@@ -273,9 +98,9 @@ class _Saver(BaseCheckpointSaver[str]):
         ns, checkpoint_id = payload["ns"], payload["checkpoint_id"]
         checkpoint: Checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
         values: dict[str, Any] = {}
-        for channel, (_, seq) in self._head(session_id, head).blobs.items():
-            value = self._value(session_id, seq)[0]
-            if value is not _EMPTY:
+        for channel, (_, seq) in self.store.head(session_id, head).blobs.items():
+            value = self.store.value(session_id, seq)[0]
+            if value is not EMPTY:
                 values[channel] = list(value) if isinstance(value, list) else value
         pending = lg.pending_writes(e for e in writes if lg.is_writes(e, ns, checkpoint_id))
         config: RunnableConfig = {
@@ -306,17 +131,19 @@ class _Saver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns = _thread_of(config)
-        session_id = self._session(thread_id)
+        session_id = self.store.session(thread_id)
         if session_id is None:
             return None
         try:
-            events = self._locate(session_id, ns, get_checkpoint_id(config))
+            events = self.store.locate(session_id, ns, get_checkpoint_id(config))
         except SessionNotFound:
-            self._forget(session_id)
+            self.store.forget(session_id)
             return None
         if not events:
             return None
-        early = [self._event(session_id, seq) for seq in events[0].payload.get("early_writes", ())]
+        early = [
+            self.store.event(session_id, seq) for seq in events[0].payload.get("early_writes", ())
+        ]
         writes = [e for e in early if e is not None] + events[1:]
         return self._tuple(thread_id, session_id, events[0], writes)
 
@@ -329,11 +156,11 @@ class _Saver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         if config is None:
-            threads = self._threads_listed()
+            threads = self.store.threads()
             ns_only = checkpoint_only = None
         else:
             thread_id, _ = _thread_of(config)
-            session_id = self._session(thread_id)
+            session_id = self.store.session(thread_id)
             threads = [] if session_id is None else [(thread_id, session_id)]
             ns_only = config["configurable"].get("checkpoint_ns")
             checkpoint_only = get_checkpoint_id(config)
@@ -341,10 +168,10 @@ class _Saver(BaseCheckpointSaver[str]):
         remaining = limit
         for thread_id, session_id in threads:
             try:
-                events = list(self._after(session_id, 0))
+                events = list(self.store.after(session_id, 0))
             except SessionNotFound:
                 continue
-            heads = _visible_checkpoints(events)
+            heads = visible_checkpoints(events)
             writes: dict[tuple[str, str], builtins.list[Event]] = {}
             for event in events:
                 if event.type == LANGGRAPH_WRITES:
@@ -368,27 +195,6 @@ class _Saver(BaseCheckpointSaver[str]):
                     remaining -= 1
                 yield self._tuple(thread_id, session_id, head, writes.get((ns, checkpoint_id), []))
 
-    def _threads_listed(self) -> builtins.list[tuple[str, str]]:
-        """Every LangGraph thread of the tenant, as (thread id, data session)."""
-        found: builtins.list[tuple[str, str]] = []
-        cursor = None
-        while True:
-            page = self.journal.sessions(limit=1000, cursor=cursor)
-            for session in page:
-                meta = session.metadata
-                if meta.get("integration") != "langgraph" or not isinstance(
-                    meta.get("thread_id"), str
-                ):
-                    continue
-                target = meta.get("langgraph_session")
-                if isinstance(target, str):
-                    found.append((meta["thread_id"], target))
-                elif session.forked_from is None:
-                    found.append((meta["thread_id"], session.session_id))
-            if len(page) < 1000:
-                return found
-            cursor = page[-1].last_position
-
     # -- writing --------------------------------------------------------------------------
 
     def put(
@@ -399,15 +205,15 @@ class _Saver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns = _thread_of(config)
-        session_id = self._ensure(thread_id)
+        session_id = self.store.ensure(thread_id)
         parent_id = get_checkpoint_id(config)
-        parent = self._parent(session_id, ns, parent_id)
+        parent = self.store.parent(session_id, ns, parent_id)
         values = checkpoint["channel_values"]
         batch: builtins.list[NewEvent] = []
         fresh: dict[str, tuple[int, Any, int]] = {}  # channel -> batch index, value, depth
         added: builtins.list[Any] = []
         for channel, version in new_versions.items():
-            value = values.get(channel, _EMPTY)
+            value = values.get(channel, EMPTY)
             base = self._base(session_id, parent, channel, value)
             payload, depth = self._blob(ns, channel, version, value, base)
             kept = list(value) if isinstance(value, list) else value
@@ -419,7 +225,7 @@ class _Saver(BaseCheckpointSaver[str]):
         blobs: dict[str, tuple[Any, int]] = {}
         for channel, version in checkpoint["channel_versions"].items():
             if channel not in fresh:
-                seq = self._blob_seq(session_id, ns, channel, version, parent)
+                seq = self.store.blob_seq(session_id, ns, channel, version, parent)
                 if seq is not None:
                     blobs[channel] = (version, seq)
         batch += self._message_events(session_id, added)
@@ -435,7 +241,7 @@ class _Saver(BaseCheckpointSaver[str]):
             self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             refs,
         )
-        thread = self._thread(session_id)
+        thread = self.store.thread(session_id)
         with thread.lock:
             early = thread.early.get((ns, checkpoint["id"]))
             if early:
@@ -445,10 +251,10 @@ class _Saver(BaseCheckpointSaver[str]):
             )
             for channel, (index, value, depth) in fresh.items():
                 blobs[channel] = (new_versions[channel], appended[index].seq)
-                self._keep(session_id, appended[index].seq, value, depth)
-            with self._lock:
+                self.store.keep(session_id, appended[index].seq, value, depth)
+            with self.store.lock:
                 thread.early.pop((ns, checkpoint["id"]), None)
-                thread.heads[(ns, checkpoint["id"])] = _Head(appended[-1].seq, blobs)
+                thread.heads[(ns, checkpoint["id"])] = Head(appended[-1].seq, blobs)
                 thread.latest[ns] = appended[-1].seq
         return {
             "configurable": {
@@ -458,24 +264,15 @@ class _Saver(BaseCheckpointSaver[str]):
             }
         }
 
-    def _parent(self, session_id: str, ns: str, parent_id: str | None) -> _Head | None:
-        if parent_id is None:
-            return None
-        known = self._thread(session_id).heads.get((ns, parent_id))
-        if known is not None:
-            return known
-        events = self._locate(session_id, ns, parent_id)
-        return self._head(session_id, events[0]) if events else None
-
     def _base(
-        self, session_id: str, parent: _Head | None, channel: str, value: Any
+        self, session_id: str, parent: Head | None, channel: str, value: Any
     ) -> tuple[int, Any, int] | None:
         """The parent's value of `channel` (its blob's seq, the value, its depth), if the new
         value is a list and the parent has a value to compare it with."""
         if parent is None or not isinstance(value, list) or channel not in parent.blobs:
             return None
         seq = parent.blobs[channel][1]
-        old, depth = self._value(session_id, seq)
+        old, depth = self.store.value(session_id, seq)
         return seq, old, depth
 
     def _blob(
@@ -483,7 +280,7 @@ class _Saver(BaseCheckpointSaver[str]):
     ) -> tuple[dict[str, Any], int]:
         """The blob payload of a channel's new value, and its depth: a list that extends its
         parent's value is stored as the items added."""
-        if value is _EMPTY:
+        if value is EMPTY:
             return lg.blob_payload(ns, channel, version, ("empty", b"")), 0
         if base is not None:
             seq, old, depth = base
@@ -497,28 +294,6 @@ class _Saver(BaseCheckpointSaver[str]):
                 payload = lg.blob_payload(ns, channel, version, added, base=seq, depth=depth + 1)
                 return payload, depth + 1
         return lg.blob_payload(ns, channel, version, self.serde.dumps_typed(value)), 0
-
-    def _blob_seq(
-        self, session_id: str, ns: str, channel: str, version: Any, parent: _Head | None
-    ) -> int | None:
-        """The seq of the blob holding (channel, version) in this thread, for a channel this
-        checkpoint did not change: its parent's, else the newest such blob (None: no value)."""
-        if parent is not None and channel in parent.blobs:
-            held, seq = parent.blobs[channel]
-            if held == version:
-                return seq
-
-        def holds(event: Event) -> bool:
-            payload = event.payload
-            return (
-                event.type == LANGGRAPH_BLOB
-                and payload["ns"] == ns
-                and payload["channel"] == channel
-                and payload["version"] == version
-            )
-
-        found = self._scan_back(session_id, holds)
-        return found[0].seq if found and holds(found[0]) else None
 
     def _message_events(
         self, session_id: str, messages: builtins.list[Any]
@@ -547,21 +322,17 @@ class _Saver(BaseCheckpointSaver[str]):
             raise InvalidArgument("put_writes needs a config with a checkpoint_id")
         if not writes:
             return
-        session_id = self._ensure(thread_id)
+        session_id = self.store.ensure(thread_id)
         typed = [
             (WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
             for idx, (channel, value) in enumerate(writes)
         ]
         payload = lg.writes_payload(ns, checkpoint_id, task_id, task_path, typed)
-        thread = self._thread(session_id)
+        thread = self.store.thread(session_id)
         with thread.lock:
             event = self.journal.append(session_id, LANGGRAPH_WRITES, payload)
             if (ns, checkpoint_id) not in thread.heads:
-                with self._lock:
-                    early = thread.early.setdefault((ns, checkpoint_id), [])
-                    early.append(event.seq)
-                    if len(thread.early) > _EARLY:  # checkpoints never put: forget the oldest
-                        del thread.early[next(iter(thread.early))]
+                self.store.note_early(thread, ns, checkpoint_id, event.seq)
 
     # -- threads --------------------------------------------------------------------------
 
@@ -569,21 +340,21 @@ class _Saver(BaseCheckpointSaver[str]):
         """Purge the thread's session (and, for a copied thread, its fork): every checkpoint,
         write and message of it is gone; the journal keeps an audit row without content."""
         home = session_id_for(str(thread_id))
-        data = self._session(str(thread_id))
+        data = self.store.session(str(thread_id))
         for session_id in dict.fromkeys([data, home]):
             if session_id is None:
                 continue
-            self._forget(session_id)
+            self.store.forget(session_id)
             with suppress(SessionNotFound):
                 self.journal.purge_session(session_id, actor="langgraph")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """A journal `fork` of the source's session, which the target thread then names."""
-        source = self._session(str(source_thread_id))
+        source = self.store.session(str(source_thread_id))
         if source is None:
             return
         home = session_id_for(str(target_thread_id))
-        if self._session(str(target_thread_id)) is not None:
+        if self.store.session(str(target_thread_id)) is not None:
             raise Conflict(f"thread {target_thread_id!r} exists already; delete it first")
         fork = self.journal.fork(
             source, title=str(target_thread_id)[:200], idempotency_key=f"langgraph-copy:{home}"
@@ -609,18 +380,18 @@ class _Saver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
-            session_id = self._session(str(thread_id))
+            session_id = self.store.session(str(thread_id))
             if session_id is None:
                 continue
-            heads = _visible_checkpoints(list(self._after(session_id, 0)))
+            heads = visible_checkpoints(list(self.store.after(session_id, 0)))
             keep: dict[str, str] = {}
             for head in heads:
                 ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
                 keep[ns] = max(keep.get(ns, checkpoint_id), checkpoint_id)
             if len(keep) < len(heads):
                 self.journal.append(session_id, LANGGRAPH_PRUNED, {"keep": keep})
-            thread = self._thread(session_id)
-            with self._lock:
+            thread = self.store.thread(session_id)
+            with self.store.lock:
                 thread.heads = {k: v for k, v in thread.heads.items() if keep.get(k[0]) == k[1]}
 
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -689,9 +460,6 @@ class _Saver(BaseCheckpointSaver[str]):
             self.journal.close()
 
 
-_EMPTY = object()
-
-
 def _thread_of(config: RunnableConfig) -> tuple[str, str]:
     configurable = config.get("configurable") or {}
     thread_id = configurable.get("thread_id")
@@ -701,22 +469,8 @@ def _thread_of(config: RunnableConfig) -> tuple[str, str]:
     return str(thread_id), str(ns)
 
 
-def _visible_checkpoints(events: Sequence[Event]) -> list[Event]:
-    """The newest event of every checkpoint that no later `langgraph.pruned` removed."""
-    heads: dict[tuple[str, str], Event] = {}
-    for event in events:
-        if event.type == LANGGRAPH_CHECKPOINT:
-            heads[(event.payload["ns"], event.payload["checkpoint_id"])] = event
-        elif event.type == LANGGRAPH_PRUNED:
-            keep = event.payload["keep"]
-            heads = {k: e for k, e in heads.items() if keep.get(k[0]) == k[1]}
-    return list(heads.values())
-
-
 def _original(message: Any) -> dict[str, Any]:
     """A LangChain message as JSON (what `messages_from_dict` reads back)."""
-    import json
-
     return dict(json.loads(json.dumps(message_to_dict(message), default=str)))
 
 

@@ -1,0 +1,303 @@
+"""Where `JournalSaver` finds a LangGraph thread in the journal: the thread's session, its
+checkpoint events, the values its blob events hold, and what this process remembers of them.
+
+Everything remembered here can be read again from the journal: a thread's checkpoints by
+`checkpoint_id`, the newest checkpoint of each namespace, the blob values lately read or written
+(a long list is rebuilt from the blobs it extends once, then kept). Other processes' appends are
+found by reading what follows a remembered checkpoint. See `langgraph_events` for the events.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+import agentjournal.integrations.langgraph_events as lg
+from agentjournal.errors import Conflict, SessionNotFound
+from agentjournal.events import LANGGRAPH_BLOB, LANGGRAPH_CHECKPOINT, LANGGRAPH_PRUNED, Event
+from agentjournal.journal import Journal
+
+__all__ = ["EMPTY", "Head", "ThreadState", "ThreadStore", "session_id_for", "visible_checkpoints"]
+
+EMPTY: Any = object()  # the value of a channel that was cleared
+_PAGE = 500
+_EARLY = 256  # checkpoints whose writes came first, remembered per thread until they are put
+_CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
+
+
+def session_id_for(thread_id: str) -> str:
+    """The journal session of a thread: the thread id itself when it is a valid session id (so
+    the inspector opens it at `#/sessions/<thread_id>`), else `lg-` and a hash of it."""
+    if 0 < len(thread_id) <= 128 and thread_id[0].isalnum() and set(thread_id) <= _ID_CHARS:
+        return thread_id
+    return "lg-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
+
+
+class Head:
+    """A checkpoint as this process saw it: its event's seq and, per channel, the version it
+    holds and the seq of the blob event with that value."""
+
+    __slots__ = ("blobs", "seq")
+
+    def __init__(self, seq: int, blobs: dict[str, tuple[Any, int]]) -> None:
+        self.seq, self.blobs = seq, blobs
+
+
+class ThreadState:
+    """What this process knows of one thread's session (all of it can be read again)."""
+
+    __slots__ = ("early", "heads", "latest", "lock", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        # LangGraph puts a checkpoint on a worker thread while the tasks of its step run, so a
+        # task's writes may reach the journal before their checkpoint does. The puts and writes
+        # of one thread take turns under `lock`; writes for a checkpoint not yet put here are
+        # `early`, and the checkpoint, put later, names them (`early_writes`).
+        self.lock = threading.Lock()
+        self.early: dict[tuple[str, str], list[int]] = {}
+        self.heads: dict[tuple[str, str], Head] = {}  # (ns, checkpoint id) -> what it holds
+        self.latest: dict[str, int] = {}  # ns -> seq of the newest checkpoint put here
+
+
+class ThreadStore:
+    """The journal side of a saver: one per saver, shared by its threads of execution."""
+
+    def __init__(self, journal: Journal, serde: SerializerProtocol) -> None:
+        self.journal = journal
+        self.serde = serde
+        self.lock = threading.Lock()
+        self._threads_seen: dict[str, ThreadState] = {}
+        self._values: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+
+    def with_serde(self, serde: SerializerProtocol) -> ThreadStore:
+        """The same store (caches and locks shared) reading values with another serde."""
+        other = copy.copy(self)
+        other.serde = serde
+        return other
+
+    def session(self, thread_id: str) -> str | None:
+        """The data session of a thread (a copied thread's is a fork), None if none exists."""
+        home = session_id_for(thread_id)
+        try:
+            session = self.journal.get_session(home)
+        except SessionNotFound:
+            return None
+        if session.metadata.get("integration") != "langgraph":
+            raise Conflict(f"session {home!r} is not a LangGraph thread's; use another thread_id")
+        target = session.metadata.get("langgraph_session")
+        return target if isinstance(target, str) else home
+
+    def ensure(self, thread_id: str) -> str:
+        found = self.session(thread_id)
+        if found is not None:
+            return found
+        home = session_id_for(thread_id)
+        try:
+            self.journal.create_session(
+                thread_id[:200],
+                metadata={"integration": "langgraph", "thread_id": thread_id},
+                session_id=home,
+                idempotency_key=f"langgraph:{home}",
+            )
+        except Conflict:
+            # Created meanwhile by another thread or process (on PostgreSQL two concurrent
+            # creations can both miss the other's idempotency key): use it if it is ours.
+            found = self.session(thread_id)
+            if found is None:
+                raise
+            return found
+        return home
+
+    def thread(self, session_id: str) -> ThreadState:
+        with self.lock:
+            found = self._threads_seen.get(session_id)
+            if found is None:
+                found = self._threads_seen[session_id] = ThreadState(session_id)
+            return found
+
+    def forget(self, session_id: str) -> None:
+        with self.lock:
+            self._threads_seen.pop(session_id, None)
+            for key in [k for k in self._values if k[0] == session_id]:
+                del self._values[key]
+
+    # -- reading --------------------------------------------------------------------------
+
+    def event(self, session_id: str, seq: int) -> Event | None:
+        found = self.journal.events(session_id, after=seq - 1, limit=1)
+        return found[0] if found and found[0].seq == seq else None
+
+    def value(self, session_id: str, seq: int) -> tuple[Any, int]:
+        """The value the blob event at `seq` holds (`EMPTY` for a cleared channel), following
+        `base` for a list stored as an extension, and how many extensions lead to it."""
+        with self.lock:
+            found = self._values.get((session_id, seq))
+            if found is not None:
+                self._values.move_to_end((session_id, seq))
+                return found[0], found[1]
+        event = self.event(session_id, seq)
+        if event is None or event.type != LANGGRAPH_BLOB:
+            raise Conflict(f"session {session_id}: seq {seq} is not a LangGraph blob")
+        payload = event.payload
+        depth = int(payload.get("depth", 0))
+        if payload["value"]["type"] == "empty":
+            value: Any = EMPTY
+        else:
+            value = self.serde.loads_typed(lg.decode(payload["value"]))
+            if "base" in payload:
+                value = [*self.value(session_id, payload["base"])[0], *value]
+        self.keep(session_id, seq, value, depth)
+        return value, depth
+
+    def note_early(self, thread: ThreadState, ns: str, checkpoint_id: str, seq: int) -> None:
+        """Writes at `seq` for a checkpoint not put yet: its put will name them."""
+        with self.lock:
+            thread.early.setdefault((ns, checkpoint_id), []).append(seq)
+            if len(thread.early) > _EARLY:  # checkpoints never put: forget the oldest
+                del thread.early[next(iter(thread.early))]
+
+    def keep(self, session_id: str, seq: int, value: Any, depth: int) -> None:
+        with self.lock:
+            self._values[(session_id, seq)] = (value, depth)
+            while len(self._values) > _CACHED_VALUES:
+                self._values.popitem(last=False)
+
+    def scan_back(self, session_id: str, until: Callable[[Event], bool]) -> list[Event]:
+        """The session's events from the newest back to the first that `until` accepts (oldest
+        first, that one included); all of them if none does."""
+        found: list[Event] = []
+        before = 2**63 - 1
+        while True:
+            page = self.journal.events(session_id, before=before, limit=_PAGE)
+            for index in range(len(page) - 1, -1, -1):
+                if until(page[index]):
+                    return page[index:] + found
+            found = page + found
+            if len(page) < _PAGE:
+                return found
+            before = page[0].seq
+
+    def after(self, session_id: str, seq: int) -> Iterator[Event]:
+        after = seq
+        while True:
+            page = self.journal.events(session_id, after=after, limit=_PAGE)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1].seq
+
+    def locate(self, session_id: str, ns: str, checkpoint_id: str | None) -> list[Event]:
+        """The checkpoint's event and every event after it; [] if there is no such checkpoint."""
+        thread = self.thread(session_id)
+        head = thread.heads.get((ns, checkpoint_id)) if checkpoint_id is not None else None
+        known = thread.latest.get(ns) if checkpoint_id is None else getattr(head, "seq", None)
+        if known is not None:
+            events = list(self.after(session_id, known - 1))
+            # Another process may have put a newer checkpoint, or pruned this one.
+            moved = any(
+                (checkpoint_id is None and lg.is_checkpoint(e, ns)) or e.type == LANGGRAPH_PRUNED
+                for e in events[1:]
+            )
+            if events and lg.is_checkpoint(events[0], ns) and not moved:
+                return events
+        events = self.scan_back(
+            session_id,
+            lambda e: (
+                lg.is_checkpoint(e, ns)
+                and (checkpoint_id is None or e.payload["checkpoint_id"] == checkpoint_id)
+            ),
+        )
+        if not events or not lg.is_checkpoint(events[0], ns):
+            return []
+        pruned = [e for e in events if e.type == LANGGRAPH_PRUNED]
+        if pruned and pruned[-1].payload["keep"].get(ns) != events[0].payload["checkpoint_id"]:
+            return []  # hidden by a prune (the newest of a namespace never is)
+        return events
+
+    def head(self, session_id: str, event: Event) -> Head:
+        """What the checkpoint `event` holds, remembered for the puts that follow it."""
+        payload = event.payload
+        checkpoint = self.serde.loads_typed(lg.decode(payload["checkpoint"]))
+        versions = checkpoint.get("channel_versions", {})
+        blobs: dict[str, tuple[Any, int]] = {}
+        for channel in payload["blobs"]:
+            seq = lg.blob_ref(event, channel)
+            assert seq is not None
+            blobs[channel] = (versions.get(channel), seq)
+        head = Head(event.seq, blobs)
+        thread = self.thread(session_id)
+        with self.lock:
+            thread.heads[(payload["ns"], payload["checkpoint_id"])] = head
+        return head
+
+    def threads(self) -> list[tuple[str, str]]:
+        """Every LangGraph thread of the tenant, as (thread id, data session)."""
+        found: list[tuple[str, str]] = []
+        cursor = None
+        while True:
+            page = self.journal.sessions(limit=1000, cursor=cursor)
+            for session in page:
+                meta = session.metadata
+                if meta.get("integration") != "langgraph" or not isinstance(
+                    meta.get("thread_id"), str
+                ):
+                    continue
+                target = meta.get("langgraph_session")
+                if isinstance(target, str):
+                    found.append((meta["thread_id"], target))
+                elif session.forked_from is None:
+                    found.append((meta["thread_id"], session.session_id))
+            if len(page) < 1000:
+                return found
+            cursor = page[-1].last_position
+
+    def parent(self, session_id: str, ns: str, parent_id: str | None) -> Head | None:
+        if parent_id is None:
+            return None
+        known = self.thread(session_id).heads.get((ns, parent_id))
+        if known is not None:
+            return known
+        events = self.locate(session_id, ns, parent_id)
+        return self.head(session_id, events[0]) if events else None
+
+    def blob_seq(
+        self, session_id: str, ns: str, channel: str, version: Any, parent: Head | None
+    ) -> int | None:
+        """The seq of the blob holding (channel, version) in this thread, for a channel this
+        checkpoint did not change: its parent's, else the newest such blob (None: no value)."""
+        if parent is not None and channel in parent.blobs:
+            held, seq = parent.blobs[channel]
+            if held == version:
+                return seq
+
+        def holds(event: Event) -> bool:
+            payload = event.payload
+            return (
+                event.type == LANGGRAPH_BLOB
+                and payload["ns"] == ns
+                and payload["channel"] == channel
+                and payload["version"] == version
+            )
+
+        found = self.scan_back(session_id, holds)
+        return found[0].seq if found and holds(found[0]) else None
+
+
+def visible_checkpoints(events: Sequence[Event]) -> list[Event]:
+    """The newest event of every checkpoint that no later `langgraph.pruned` removed."""
+    heads: dict[tuple[str, str], Event] = {}
+    for event in events:
+        if event.type == LANGGRAPH_CHECKPOINT:
+            heads[(event.payload["ns"], event.payload["checkpoint_id"])] = event
+        elif event.type == LANGGRAPH_PRUNED:
+            keep = event.payload["keep"]
+            heads = {k: e for k, e in heads.items() if keep.get(k[0]) == k[1]}
+    return list(heads.values())
