@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -42,6 +42,9 @@ bench-feed: $(STAMP)  # the PostgreSQL feed under stress writers: every event on
 
 bench-agents: $(STAMP)  # JournalSession beside the Agents SDK's SQLiteSession
 	$(BIN)/python bench/agents_session_bench.py
+
+bench-langgraph: $(STAMP)  # JournalSaver beside LangGraph's SqliteSaver and PostgresSaver
+	$(BIN)/python bench/langgraph_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
