@@ -457,3 +457,40 @@ def test_a_compiled_graph_reads_with_the_serde_langgraph_gave_it(tmp_path: Path)
         assert saver.store.serde is saver.serde
         counter_graph(saver).invoke({"seen": []}, config("t"))
         assert clone.get_tuple(config("t")) is not None
+
+
+class Notes(TypedDict):
+    notes: Annotated[list[str], operator.add]
+
+
+def notes_graph(saver: Any) -> CompiledStateGraph[Any]:
+    def note(state: Notes) -> dict[str, Any]:
+        return {"notes": [f"{len(state['notes'])}:" + "x" * 1000]}
+
+    builder = StateGraph(Notes)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("limit", [1024 * 1024, 40_000])
+def test_a_list_that_outgrows_an_event_goes_on_as_extensions(tmp_path: Path, limit: int) -> None:
+    """Every 64 extensions the whole list is stored again while it fits a quarter of an event;
+    past that it goes on as extensions (never `PayloadTooLarge`), and reads back whole, also in
+    a process that has to follow the whole chain."""
+    path = str(tmp_path / "agent.db")
+    with Journal.open(path, max_payload_bytes=limit) as journal:
+        graph = notes_graph(JournalSaver(journal))
+        for _ in range(80):
+            graph.invoke({"notes": []}, config("t"))
+        blobs = [
+            e.payload
+            for e in journal.events("t", limit=10_000)
+            if e.type == LANGGRAPH_BLOB and e.payload["channel"] == "notes"
+        ]
+        whole = [b for b in blobs if "base" not in b]
+        assert max(b.get("depth", 0) for b in blobs) == (64 if limit > 40_000 else len(blobs) - 1)
+        assert len(whole) == (3 if limit > 40_000 else 1)
+    with Journal.open(path, max_payload_bytes=limit) as journal:
+        notes = notes_graph(JournalSaver(journal)).get_state(config("t")).values["notes"]
+        assert [n.split(":")[0] for n in notes] == [str(i) for i in range(80)]

@@ -282,18 +282,21 @@ class _Saver(BaseCheckpointSaver[str]):
         parent's value is stored as the items added."""
         if value is EMPTY:
             return lg.blob_payload(ns, channel, version, ("empty", b"")), 0
+        whole: tuple[str, bytes] | None = None
         if base is not None:
             seq, old, depth = base
-            if (
-                isinstance(old, list)
-                and depth < lg.MAX_DEPTH
-                and len(value) > len(old)
-                and value[: len(old)] == old
-            ):
+            if isinstance(old, list) and len(value) >= len(old) and value[: len(old)] == old:
+                if depth >= lg.MAX_DEPTH:
+                    # Store the whole list again (so reading it follows no more than MAX_DEPTH
+                    # blobs), unless it has grown too large for one event: then extend on.
+                    whole = self.serde.dumps_typed(value)
+                    if len(whole[1]) <= self.journal.max_payload_bytes // 4:
+                        return lg.blob_payload(ns, channel, version, whole), 0
                 added = self.serde.dumps_typed(value[len(old) :])
                 payload = lg.blob_payload(ns, channel, version, added, base=seq, depth=depth + 1)
                 return payload, depth + 1
-        return lg.blob_payload(ns, channel, version, self.serde.dumps_typed(value)), 0
+        whole = whole or self.serde.dumps_typed(value)
+        return lg.blob_payload(ns, channel, version, whole), 0
 
     def _message_events(
         self, session_id: str, messages: builtins.list[Any]

@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 # A list value is stored whole again after this many stored extensions of it, so reading one
-# value never follows more than MAX_DEPTH blobs back.
+# value follows at most MAX_DEPTH blobs back; unless the whole list is too large for one event
+# (a quarter of the payload limit), then it goes on being extended.
 MAX_DEPTH = 64
 
 

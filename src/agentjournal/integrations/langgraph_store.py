@@ -29,6 +29,7 @@ EMPTY: Any = object()  # the value of a channel that was cleared
 _PAGE = 500
 _EARLY = 256  # checkpoints whose writes came first, remembered per thread until they are put
 _CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
+_IMMUTABLE = (str, bytes, int, float, bool, type(None))
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
 
 
@@ -137,25 +138,39 @@ class ThreadStore:
 
     def value(self, session_id: str, seq: int) -> tuple[Any, int]:
         """The value the blob event at `seq` holds (`EMPTY` for a cleared channel), following
-        `base` for a list stored as an extension, and how many extensions lead to it."""
-        with self.lock:
-            found = self._values.get((session_id, seq))
+        `base` back for a list stored as an extension, and how many extensions lead to it."""
+        chain: list[tuple[int, Any]] = []  # (seq, items added), newest first
+        base: tuple[Any, int] | None = None
+        at = seq
+        while True:
+            with self.lock:
+                found = self._values.get((session_id, at))
+                if found is not None:
+                    self._values.move_to_end((session_id, at))
             if found is not None:
-                self._values.move_to_end((session_id, seq))
-                return found[0], found[1]
-        event = self.event(session_id, seq)
-        if event is None or event.type != LANGGRAPH_BLOB:
-            raise Conflict(f"session {session_id}: seq {seq} is not a LangGraph blob")
-        payload = event.payload
-        depth = int(payload.get("depth", 0))
-        if payload["value"]["type"] == "empty":
-            value: Any = EMPTY
-        else:
+                base = found
+                break
+            event = self.event(session_id, at)
+            if event is None or event.type != LANGGRAPH_BLOB:
+                raise Conflict(f"session {session_id}: seq {at} is not a LangGraph blob")
+            payload = event.payload
+            if payload["value"]["type"] == "empty":
+                base = (EMPTY, 0)
+                break
             value = self.serde.loads_typed(lg.decode(payload["value"]))
-            if "base" in payload:
-                value = [*self.value(session_id, payload["base"])[0], *value]
-        self.keep(session_id, seq, value, depth)
-        return value, depth
+            if "base" not in payload:
+                base = (value, 0)
+                break
+            chain.append((int(payload["depth"]), value))
+            at = payload["base"]
+        if not chain:
+            self.keep(session_id, seq, *base)
+            return base
+        items = list(base[0])
+        for _, added in reversed(chain):
+            items += added
+        self.keep(session_id, seq, items, chain[0][0])
+        return items, chain[0][0]
 
     def note_early(self, thread: ThreadState, ns: str, checkpoint_id: str, seq: int) -> None:
         """Writes at `seq` for a checkpoint not put yet: its put will name them."""
@@ -165,6 +180,11 @@ class ThreadStore:
                 del thread.early[next(iter(thread.early))]
 
     def keep(self, session_id: str, seq: int, value: Any, depth: int) -> None:
+        """Remember a blob's value. Lists are kept (a list is handed out as a copy, and a long
+        one is what reading again would cost most); of other values only the immutable ones,
+        so that no caller can change a value this store hands out later."""
+        if not isinstance(value, (list, *_IMMUTABLE)) and value is not EMPTY:
+            return
         with self.lock:
             self._values[(session_id, seq)] = (value, depth)
             while len(self._values) > _CACHED_VALUES:
