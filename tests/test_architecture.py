@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -227,3 +229,14 @@ def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
         ours, _ = imports_of(path)
         outside = {name for name in ours if name.split(".")[0] not in allowed}
         assert not outside, f"server/{path.name} imports {sorted(outside)}"
+
+
+def test_importing_agentjournal_imports_no_framework() -> None:
+    # A fresh interpreter: this one has imported the integrations' frameworks for other tests.
+    code = (
+        "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

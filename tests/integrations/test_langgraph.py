@@ -494,3 +494,18 @@ def test_a_list_that_outgrows_an_event_goes_on_as_extensions(tmp_path: Path, lim
     with Journal.open(path, max_payload_bytes=limit) as journal:
         notes = notes_graph(JournalSaver(journal)).get_state(config("t")).values["notes"]
         assert [n.split(":")[0] for n in notes] == [str(i) for i in range(80)]
+
+
+def test_a_thread_deleted_by_another_saver_starts_again(url: str) -> None:
+    with JournalSaver.from_conn_string(url) as saver, JournalSaver.from_conn_string(url) as other:
+        graph = counter_graph(saver)
+        graph.invoke({"seen": []}, config("t"))
+        graph.invoke({"seen": []}, config("t"))
+        other.delete_thread("t")
+        assert saver.get_tuple(config("t")) is None
+        assert graph.invoke({"seen": []}, config("t"))["seen"] == [0]
+        graph.invoke({"seen": []}, config("t"))
+        other.delete_thread("t")
+        assert graph.invoke({"seen": []}, config("t"))["seen"] == [0]  # without a read first
+        assert counter_graph(other).get_state(config("t")).values["seen"] == [0]
+        assert saver.journal.verify().ok

@@ -204,6 +204,19 @@ class _Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        try:
+            return self._put(config, checkpoint, metadata, new_versions)
+        except SessionNotFound as exc:  # the thread was deleted meanwhile: start it again
+            self.store.forget(exc.session_id)
+            return self._put(config, checkpoint, metadata, new_versions)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         thread_id, ns = _thread_of(config)
         session_id = self.store.ensure(thread_id)
         parent_id = get_checkpoint_id(config)
@@ -286,7 +299,7 @@ class _Saver(BaseCheckpointSaver[str]):
         if base is not None:
             seq, old, depth = base
             if isinstance(old, list) and len(value) >= len(old) and value[: len(old)] == old:
-                if depth >= lg.MAX_DEPTH:
+                if depth and depth % lg.MAX_DEPTH == 0:
                     # Store the whole list again (so reading it follows no more than MAX_DEPTH
                     # blobs), unless it has grown too large for one event: then extend on.
                     whole = self.serde.dumps_typed(value)
@@ -331,6 +344,15 @@ class _Saver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         payload = lg.writes_payload(ns, checkpoint_id, task_id, task_path, typed)
+        try:
+            self._append_writes(session_id, ns, checkpoint_id, payload)
+        except SessionNotFound:  # the thread was deleted meanwhile: start it again
+            self.store.forget(session_id)
+            self._append_writes(self.store.ensure(thread_id), ns, checkpoint_id, payload)
+
+    def _append_writes(
+        self, session_id: str, ns: str, checkpoint_id: str, payload: dict[str, Any]
+    ) -> None:
         thread = self.store.thread(session_id)
         with thread.lock:
             event = self.journal.append(session_id, LANGGRAPH_WRITES, payload)

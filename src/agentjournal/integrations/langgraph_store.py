@@ -75,6 +75,7 @@ class ThreadStore:
         self.journal = journal
         self.serde = serde
         self.lock = threading.Lock()
+        self._sessions: dict[str, str] = {}  # thread id -> its data session
         self._threads_seen: dict[str, ThreadState] = {}
         self._values: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
 
@@ -85,7 +86,13 @@ class ThreadStore:
         return other
 
     def session(self, thread_id: str) -> str | None:
-        """The data session of a thread (a copied thread's is a fork), None if none exists."""
+        """The data session of a thread (a copied thread's is a fork), None if none exists.
+        Remembered once found: a session that is purged later is found out by the next read
+        or append of it (`SessionNotFound`), which makes the saver `forget` it."""
+        with self.lock:
+            known = self._sessions.get(thread_id)
+        if known is not None:
+            return known
         home = session_id_for(thread_id)
         try:
             session = self.journal.get_session(home)
@@ -94,7 +101,10 @@ class ThreadStore:
         if session.metadata.get("integration") != "langgraph":
             raise Conflict(f"session {home!r} is not a LangGraph thread's; use another thread_id")
         target = session.metadata.get("langgraph_session")
-        return target if isinstance(target, str) else home
+        found = target if isinstance(target, str) else home
+        with self.lock:
+            self._sessions[thread_id] = found
+        return found
 
     def ensure(self, thread_id: str) -> str:
         found = self.session(thread_id)
@@ -125,7 +135,10 @@ class ThreadStore:
             return found
 
     def forget(self, session_id: str) -> None:
+        """Drop all that is remembered of a session (it was purged, here or elsewhere)."""
         with self.lock:
+            for thread_id in [t for t, s in self._sessions.items() if s == session_id]:
+                del self._sessions[thread_id]
             self._threads_seen.pop(session_id, None)
             for key in [k for k in self._values if k[0] == session_id]:
                 del self._values[key]
