@@ -232,9 +232,10 @@ class _Saver(BaseCheckpointSaver[str]):
             kept = list(value) if isinstance(value, list) else value
             fresh[channel] = (len(batch), kept, depth)
             batch.append(NewEvent(LANGGRAPH_BLOB, payload))
-            if ns == "" and channel == "messages" and lg.is_message_list(value):
+            if ns == "" and channel == "messages" and isinstance(value, list):
                 old = base[1] if base is not None else None
-                added = lg.new_messages(old if isinstance(old, list) else None, value)
+                new = lg.new_messages(old if isinstance(old, list) else None, value)
+                added = new if lg.is_message_list(new) else []
         blobs: dict[str, tuple[Any, int]] = {}
         for channel, version in checkpoint["channel_versions"].items():
             if channel not in fresh:
