@@ -509,3 +509,61 @@ def test_a_thread_deleted_by_another_saver_starts_again(url: str) -> None:
         assert graph.invoke({"seen": []}, config("t"))["seen"] == [0]  # without a read first
         assert counter_graph(other).get_state(config("t")).values["seen"] == [0]
         assert saver.journal.verify().ok
+
+
+def subgraph_graph(saver: Any) -> CompiledStateGraph[Any]:
+    def inner(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"inner saw {len(state['messages'])}")]}
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+
+    def outer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("outer done")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("sub", sub.compile())
+    builder.add_node("outer", outer)
+    builder.add_edge(START, "sub")
+    builder.add_edge("sub", "outer")
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_subgraph_checkpoints_in_the_threads_session_under_its_namespace(url: str) -> None:
+    with JournalSaver.from_conn_string(url) as saver:
+        graph = subgraph_graph(saver)
+        out = graph.invoke({"messages": [HumanMessage("hi")]}, config("t"))
+        assert [m.content for m in out["messages"]] == ["hi", "inner saw 1", "outer done"]
+        namespaces = {t.config["configurable"]["checkpoint_ns"] for t in saver.list(config("t"))}
+        assert "" in namespaces
+        assert any(ns.startswith("sub:") for ns in namespaces)
+        assert saver.journal.sessions() == [saver.journal.get_session("t")]
+        # the conversation is the root graph's messages, each once
+        assert [m.content for m in saver.journal.messages("t")] == [
+            "hi",
+            "inner saw 1",
+            "outer done",
+        ]
+        saver.delete_thread("t")
+        assert list(saver.list(None)) == []
+
+
+def test_concurrent_graphs_on_an_async_saver_keep_their_threads_apart(url: str) -> None:
+    async def run() -> None:
+        async with AsyncJournalSaver.from_conn_string(url) as saver:
+            graph = counter_graph(saver)
+
+            async def thread(name: str) -> list[int]:
+                out: dict[str, Any] = {}
+                for _ in range(5):
+                    out = await graph.ainvoke({"seen": []}, config(name))
+                return list(out["seen"])
+
+            results = await asyncio.gather(*(thread(f"t{i}") for i in range(8)))
+            assert results == [[0, 1, 2, 3, 4]] * 8
+            listed = {t.config["configurable"]["thread_id"] async for t in saver.alist(None)}
+            assert listed == {f"t{i}" for i in range(8)}
+            assert (await asyncio.to_thread(saver.journal.verify)).ok
+
+    asyncio.run(run())
