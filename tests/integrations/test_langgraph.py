@@ -567,3 +567,15 @@ def test_concurrent_graphs_on_an_async_saver_keep_their_threads_apart(url: str) 
             assert (await asyncio.to_thread(saver.journal.verify)).ok
 
     asyncio.run(run())
+
+
+def test_a_checkpoint_older_than_what_the_saver_remembers_is_read_again(tmp_path: Path) -> None:
+    with JournalSaver.from_conn_string(str(tmp_path / "agent.db")) as saver:
+        graph = counter_graph(saver)
+        for _ in range(100):  # 300 checkpoints: more than a thread's remembered 256
+            graph.invoke({"seen": []}, config("t"))
+        oldest = list(graph.get_state_history(config("t")))[-3]
+        assert oldest.values["seen"] == [0]
+        assert graph.get_state(oldest.config).values["seen"] == [0]
+        assert graph.invoke({"seen": []}, oldest.config)["seen"] == [0, 1]
+        assert len(graph.get_state(config("t")).values["seen"]) == 2

@@ -268,7 +268,7 @@ class _Saver(BaseCheckpointSaver[str]):
                 self.store.keep(session_id, appended[index].seq, value, depth)
             with self.store.lock:
                 thread.early.pop((ns, checkpoint["id"]), None)
-                thread.heads[(ns, checkpoint["id"])] = Head(appended[-1].seq, blobs)
+                thread.remember(ns, checkpoint["id"], Head(appended[-1].seq, blobs))
                 thread.latest[ns] = appended[-1].seq
         return {
             "configurable": {

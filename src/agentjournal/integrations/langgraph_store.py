@@ -29,6 +29,8 @@ EMPTY: Any = object()  # the value of a channel that was cleared
 _PAGE = 500
 _EARLY = 256  # checkpoints whose writes came first, remembered per thread until they are put
 _CACHED_VALUES = 512  # deserialised blob values kept per saver, newest used first
+_HEADS = 256  # checkpoints remembered per thread
+_THREADS = 4096  # threads remembered per saver
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
 
@@ -66,6 +68,13 @@ class ThreadState:
         self.early: dict[tuple[str, str], list[int]] = {}
         self.heads: dict[tuple[str, str], Head] = {}  # (ns, checkpoint id) -> what it holds
         self.latest: dict[str, int] = {}  # ns -> seq of the newest checkpoint put here
+
+    def remember(self, ns: str, checkpoint_id: str, head: Head) -> None:
+        """Keep what a checkpoint holds (the newest _HEADS; an older one is read again)."""
+        self.heads.pop((ns, checkpoint_id), None)
+        self.heads[(ns, checkpoint_id)] = head
+        while len(self.heads) > _HEADS:
+            del self.heads[next(iter(self.heads))]
 
 
 class ThreadStore:
@@ -129,9 +138,16 @@ class ThreadStore:
 
     def thread(self, session_id: str) -> ThreadState:
         with self.lock:
-            found = self._threads_seen.get(session_id)
+            found = self._threads_seen.pop(session_id, None)
             if found is None:
-                found = self._threads_seen[session_id] = ThreadState(session_id)
+                found = ThreadState(session_id)
+            self._threads_seen[session_id] = found  # the most recently used last
+            if len(self._threads_seen) > _THREADS:
+                # Forget the least recently used thread that no put or write holds now.
+                for idle, state in self._threads_seen.items():
+                    if not state.lock.locked():
+                        del self._threads_seen[idle]
+                        break
             return found
 
     def forget(self, session_id: str) -> None:
@@ -268,7 +284,7 @@ class ThreadStore:
         head = Head(event.seq, blobs)
         thread = self.thread(session_id)
         with self.lock:
-            thread.heads[(payload["ns"], payload["checkpoint_id"])] = head
+            thread.remember(payload["ns"], payload["checkpoint_id"], head)
         return head
 
     def threads(self) -> list[tuple[str, str]]:
