@@ -7,5 +7,5 @@ by name, with its framework as an optional extra; `import agentjournal` never im
   framework), what the session above stores.
 - `agentjournal.integrations.langgraph.JournalSaver` / `AsyncJournalSaver`: LangGraph's
   checkpointer (`pip install 'agentjournal[langgraph]'`); `langgraph_events` holds its events
-  (pure).
+  (pure), `langgraph_store` finds a thread's checkpoints and values in the journal.
 """
