@@ -355,7 +355,10 @@ class _Saver(BaseCheckpointSaver[str]):
         self, session_id: str, ns: str, checkpoint_id: str, payload: dict[str, Any]
     ) -> None:
         thread = self.store.thread(session_id)
-        with thread.lock:
+        if (ns, checkpoint_id) in thread.heads:  # put already: the writes follow it
+            self.journal.append(session_id, LANGGRAPH_WRITES, payload)
+            return
+        with thread.lock:  # its put may be under way: one of the two goes first
             event = self.journal.append(session_id, LANGGRAPH_WRITES, payload)
             if (ns, checkpoint_id) not in thread.heads:
                 self.store.note_early(thread, ns, checkpoint_id, event.seq)
