@@ -579,3 +579,27 @@ def test_a_checkpoint_older_than_what_the_saver_remembers_is_read_again(tmp_path
         assert graph.get_state(oldest.config).values["seen"] == [0]
         assert graph.invoke({"seen": []}, oldest.config)["seen"] == [0, 1]
         assert len(graph.get_state(config("t")).values["seen"]) == 2
+
+
+def test_the_cli_shows_a_thread_as_a_chat_with_one_line_per_checkpoint_event(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from agentjournal.cli import app
+
+    path = str(tmp_path / "agent.db")
+    with JournalSaver.from_conn_string(path) as saver:
+        run_chat(saver)
+        blob = next(
+            e.payload["value"]["data"]
+            for e in saver.journal.events("user-42", limit=1000)
+            if e.type == LANGGRAPH_BLOB and e.payload["channel"] == "messages"
+        )
+    done = CliRunner().invoke(app, ["show", "user-42", "--db", path])
+    assert done.exit_code == 0, done.output
+    assert "帮我查一下订单数量" in done.output
+    assert "query_order_count {}  [call_1]" in done.output
+    assert "langgraph.checkpoint checkpoint" in done.output
+    assert "messages = msgpack of" in done.output
+    assert blob[:40] not in done.output, "no serialised bytes in the timeline"

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentjournal.cli.common import local_time
-from agentjournal.events import TASK_TYPES, Event
+from agentjournal.events import LANGGRAPH_TYPES, TASK_TYPES, Event
 from agentjournal.projection import Session, Task, ToolCall
 
 __all__ = [
@@ -179,6 +179,30 @@ def describe(event: Event) -> str:
         return f"forked from {p['from_session_id']} at #{p['at_seq']}"
     if kind in TASK_TYPES:
         return f"{p['task_id']} {_task_phrase(kind, p)}"
+    if kind in LANGGRAPH_TYPES:
+        return _langgraph_phrase(kind, p)
+    return _compact(p)
+
+
+def _langgraph_phrase(kind: str, p: dict[str, Any]) -> str:
+    """A LangGraph checkpoint's events without their serialised bytes (`replay` and the
+    inspector's raw JSON have those)."""
+    ns = f" in {p['ns']}" if p.get("ns") else ""
+    if kind == "langgraph.checkpoint":
+        parent = f" after {p['parent_id']}" if p.get("parent_id") else ""
+        return f"checkpoint {p['checkpoint_id']}{ns}{parent} ({len(p['blobs'])} channels)"
+    if kind == "langgraph.blob":
+        size = len(p["value"].get("data", "")) * 3 // 4
+        grows = f", extends #{p['base']}" if "base" in p else ""
+        return f"{p['channel']}{ns} = {p['value']['type']} of {size} bytes{grows}"
+    if kind == "langgraph.writes":
+        channels = ", ".join(channel for _, channel, _ in p["writes"])
+        task = p["task_path"] or p["task_id"]
+        return f"writes for {p['checkpoint_id']}{ns} by {task}: {channels}"
+    if kind == "langgraph.message":
+        message = p["message"]
+        data = message.get("data", {}) if isinstance(message.get("data"), dict) else {}
+        return f"{message.get('type', 'message')}: {_compact(data.get('content', ''))}"
     return _compact(p)
 
 
