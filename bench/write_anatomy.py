@@ -36,46 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from agentjournal import Journal
-
-HANZI = "订单数量已经查询完成仓库表格没有错误总数包括所有地区和最近七天的销售记录请确认结果是否正确"
-WORDS = [
-    "the",
-    "order",
-    "count",
-    "for",
-    "this",
-    "account",
-    "is",
-    "ready",
-    "and",
-    "the",
-    "query",
-    "ran",
-    "against",
-    "the",
-    "table",
-]
-
-
-def text(rng: random.Random, length: int = 200) -> str:
-    out = ""
-    while len(out) < length:
-        english = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 6))) + " "
-        out += english + "".join(rng.choice(HANZI) for _ in range(len(english) // 2)) + "。"
-    return out[:length]
+from workload import turn_events
 
 
 def turn(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    call = f"call_{n}"
-    return [
-        {"type": "user_message", "payload": {"content": text(rng)}},
-        {
-            "type": "tool_call",
-            "payload": {"call_id": call, "name": "query_order_count", "arguments": '{"c":"A-1"}'},
-        },
-        {"type": "tool_result", "payload": {"call_id": call, "content": "42"}},
-        {"type": "assistant_message", "payload": {"content": text(rng)}},
-    ]
+    return turn_events(n, rng.randrange(2**32))
 
 
 def connect(path: Path, durability: str) -> sqlite3.Connection:
