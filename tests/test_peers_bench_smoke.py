@@ -3,16 +3,15 @@ row of its table (behaviour only: the figures come from a full run, never assert
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_runs import run_quick
+
 pytest.importorskip("agents")
 pytest.importorskip("eventsourcing")
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "peers_bench.py"
 ROWS = [
     "write one turn, FULL",
     "write one turn, NORMAL",
@@ -25,17 +24,10 @@ ROWS = [
 
 
 def test_quick_run_measures_every_system_on_every_row(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    out = run_quick("peers_bench.py", tmp_path, timeout=300)
+    lines = out.splitlines()
     header = "| per turn | raw sqlite3 | agentjournal | SQLiteSession | eventsourcing |"
-    assert header + " agentjournal ÷ raw |" in lines, done.stdout
+    assert header + " agentjournal ÷ raw |" in lines, out
     table = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in lines[2:]}
     for row in ROWS:
         cells = table[row]
