@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import functools
 import importlib.metadata
 import json
 import multiprocessing
@@ -156,16 +157,6 @@ class EventSourcing:
 
     def __init__(self, path: Path, durability: str, session: str) -> None:
         from eventsourcing.application import Application
-        from eventsourcing.domain import Aggregate, event
-
-        class Conversation(Aggregate):
-            def __init__(self, name: str) -> None:
-                self.name = name
-                self.items: list[Any] = []
-
-            @event("ItemAdded")
-            def add(self, item: dict[str, Any]) -> None:
-                self.items.append(item)
 
         env = {
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
@@ -173,7 +164,7 @@ class EventSourcing:
             "SQLITE_LOCK_TIMEOUT": "5",
         }
         self.app = Application(env=env)
-        self.conversation = Conversation(session)
+        self.conversation = _conversation_class()(session)
         self.app.save(self.conversation)
 
     def write(self, n: int) -> None:
@@ -191,6 +182,23 @@ class EventSourcing:
 
     def close(self) -> None:
         self.app.close()
+
+
+@functools.cache
+def _conversation_class() -> Any:
+    """The aggregate, defined once per process (eventsourcing registers each class by name)."""
+    from eventsourcing.domain import Aggregate, event
+
+    class Conversation(Aggregate):  # type: ignore[misc]
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.items: list[Any] = []
+
+        @event("ItemAdded")
+        def add(self, item: dict[str, Any]) -> None:
+            self.items.append(item)
+
+    return Conversation
 
 
 SYSTEMS: dict[str, Callable[[Path, str, str], Store]] = {
