@@ -30,7 +30,6 @@ import importlib.metadata
 import multiprocessing
 import os
 import platform
-import random
 import resource
 import sqlite3
 import statistics
@@ -42,6 +41,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workload import turn_items
 
 SYSTEMS = ("agentjournal", "SQLiteSession")
 ADD_TARGET = 1.0  # add_items: agentjournal / SQLiteSession, at every size
@@ -59,51 +60,6 @@ class Plan:
 
 FULL = Plan(sizes=(10, 100, 1000), reps_all=21, reps_limit=101)
 QUICK = Plan(sizes=(10, 50), reps_all=3, reps_limit=9)
-
-ENGLISH = (
-    "the order count for this account is ready and the query ran against the warehouse table"
-    " with no errors so the total below covers every region and the last seven days of sales"
-)
-WORDS = ENGLISH.split()
-HANZI = (
-    "订单数量已经查询完成仓库表格没有错误总数包括所有地区和最近七天的销售记录请确认结果是否正确谢谢"
-)
-
-
-def text(rng: random.Random, length: int = 200) -> str:
-    """~`length` characters, a third of them Chinese, in alternating runs."""
-    parts: list[str] = []
-    size = 0
-    while size < length:
-        english = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 6))) + " "
-        chinese = "".join(rng.choice(HANZI) for _ in range(max(1, len(english) // 2))) + "。"
-        parts += [english, chinese]
-        size += len(english) + len(chinese)
-    return "".join(parts)[:length]
-
-
-def turn_items(n: int, seed: int) -> list[dict[str, Any]]:
-    """Agent turn `n`: the same 4 items for both systems."""
-    rng = random.Random(seed * 1_000_003 + n)
-    return [
-        {"role": "user", "content": text(rng)},
-        {
-            "type": "function_call",
-            "id": f"fc_{n}",
-            "call_id": f"call_{n}",
-            "name": "query_order_count",
-            "arguments": "{}",
-            "status": "completed",
-        },
-        {"type": "function_call_output", "call_id": f"call_{n}", "output": "42"},
-        {
-            "id": f"msg_{n}",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": text(rng), "annotations": []}],
-        },
-    ]
 
 
 def window(size: int) -> range:

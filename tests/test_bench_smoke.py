@@ -10,9 +10,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench_runs import BENCH, run_quick
 from postgres_fixtures import ADMIN_URL, require_postgres
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "journal_bench.py"
 
 BENCHMARKS = [
     "appends/s, one writer · full",
@@ -31,19 +30,12 @@ COLUMNS = ["benchmark", "agentjournal", "raw sqlite3", "target", "ratio", "met?"
 
 
 def test_quick_run_prints_every_benchmark(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    out = run_quick("journal_bench.py", tmp_path)
     for name in BENCHMARKS + COLUMNS:
-        assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
-    assert "QUICK" in done.stdout
+        assert name in out, f"{name!r} missing from:\n{out}"
+    assert "QUICK" in out
     # Every figure has a verdict or a dash, and the temporary databases are gone.
-    assert any(verdict in done.stdout for verdict in ("yes", "NO"))
+    assert any(verdict in out for verdict in ("yes", "NO"))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -54,7 +46,7 @@ def test_raw_baseline_has_the_same_tables_and_indexes_as_the_journal(tmp_path: P
 
     from agentjournal import Journal
 
-    spec = importlib.util.spec_from_file_location("journal_bench", BENCH)
+    spec = importlib.util.spec_from_file_location("journal_bench", BENCH / "journal_bench.py")
     assert spec is not None
     assert spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -94,7 +86,7 @@ def test_recover_bench_runs_small_and_checks_what_it_times(tmp_path: Path) -> No
     done = subprocess.run(
         [
             sys.executable,
-            str(BENCH.parent / "recover_bench.py"),
+            str(BENCH / "recover_bench.py"),
             "--events",
             "20000",
             "--sessions",
@@ -119,7 +111,7 @@ def test_postgres_bench_runs_tiny_and_drops_its_schema() -> None:
     done = subprocess.run(
         [
             sys.executable,
-            str(BENCH.parent / "postgres_bench.py"),
+            str(BENCH / "postgres_bench.py"),
             *("--url", ADMIN_URL, "--events", "32", "--repeat", "1"),
         ],
         capture_output=True,

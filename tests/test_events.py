@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentjournal.errors import InvalidArgument, InvalidEvent, JournalError, PayloadTooLarge
-from agentjournal.events import CORE_TYPES, RESERVED_TYPES, loads_strict, prepare
+from agentjournal.events import (
+    CORE_TYPES,
+    RESERVED_TYPES,
+    _check_json_value,
+    canonical_json,
+    loads_strict,
+    prepare,
+)
 
 # --- valid payloads of every core type ---------------------------------------------------------
 
@@ -452,3 +459,68 @@ def test_the_types_replay_understands_accept_their_shape() -> None:
     assert prepare("replay.cleared", {}).type == "replay.cleared"
     item = {"type": "reasoning", "id": "rs_1", "summary": []}
     assert prepare("responses.item", {"item": item}).payload == {"item": item}
+
+
+# -- the C encoder's fast check and the Python walk agree on every payload ---------------------
+
+_KEYS = st.one_of(
+    st.text(max_size=4),
+    st.sampled_from(["\x00", "a\x00", "\ud800", "\\u0000", "1"]),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, width=16),
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and infinities included
+    st.text(max_size=6),
+    st.sampled_from(["\x00", "x\x00y", "\ud83d", "\\u0000", "\\\\u0000", "\\\x00"]),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_KEYS, inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _walked(payload: dict[Any, Any]) -> tuple[str, Any]:
+    """What `prepare` gave before the fast check: the walk, then canonical text and its copy."""
+    _check_json_value(payload, "payload")
+    text = canonical_json(payload)
+    return text, json.loads(text)
+
+
+def _outcome(make: Any, payload: dict[Any, Any]) -> tuple[str, Any]:
+    try:
+        return ("ok", make(payload))
+    except InvalidEvent as exc:
+        return ("refused", str(exc))
+
+
+@given(st.dictionaries(_KEYS, _VALUES, max_size=4))
+def test_the_fast_check_accepts_and_refuses_exactly_what_the_walk_does(
+    payload: dict[Any, Any],
+) -> None:
+    def prepared(p: dict[Any, Any]) -> tuple[str, Any]:
+        event = prepare("x.item", p)
+        return event.payload_json, event.payload
+
+    assert _outcome(prepared, payload) == _outcome(_walked, payload)
+
+
+def test_many_brackets_go_to_the_walk_which_decides_by_depth() -> None:
+    wide = {"v": [[] for _ in range(70)]}  # 72 brackets, 3 levels: the fast check defers
+    assert prepare("x.item", wide).payload == wide
+    deepest: Any = "leaf"
+    for _ in range(63):
+        deepest = [deepest]
+    assert prepare("x.item", {"v": deepest}).payload == {"v": deepest}
+    with pytest.raises(InvalidEvent, match="nests deeper than 64 levels"):
+        prepare("x.item", {"v": [deepest]})

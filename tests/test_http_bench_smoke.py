@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "http_bench.py"
+from bench_runs import run_quick
 
 BENCHMARKS = [
     "appends/s over HTTP, 32 clients",
@@ -43,16 +41,7 @@ def _servers_of(db_dir: Path) -> list[int]:
 
 def test_quick_run_prints_every_benchmark_and_cleans_up(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_quick("http_bench.py", tmp_path, timeout=120, env=env)
     for name in BENCHMARKS + COLUMNS:
         assert name in out, f"{name!r} missing from:\n{out}"
     assert "QUICK" in out

@@ -1,0 +1,27 @@
+"""A benchmark's smoke run from a test: `bench/<script> --quick`, in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def run_quick(
+    script: str, directory: Path, *, timeout: float = 240, env: Mapping[str, str] | None = None
+) -> str:
+    """Run `bench/<script> --quick --dir <directory>` and give its output; a failed run fails
+    the test with the script's stderr."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
