@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -45,6 +45,12 @@ bench-agents: $(STAMP)  # JournalSession beside the Agents SDK's SQLiteSession
 
 bench-langgraph: $(STAMP)  # JournalSaver beside LangGraph's SqliteSaver and PostgresSaver
 	$(BIN)/python bench/langgraph_bench.py
+
+bench-peers: $(STAMP)  # one agent turn: agentjournal, raw sqlite3, SQLiteSession, eventsourcing
+	$(BIN)/python bench/peers_bench.py
+
+bench-anatomy: $(STAMP)  # where one append's time goes: SQL, Python, pages per commit
+	$(BIN)/python bench/write_anatomy.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
