@@ -1824,3 +1824,34 @@ def test_open_refuses_a_schema_newer_than_it_knows() -> None:
         assert schema_versions(schema)[-1] == (known + 1,)
         with pytest.raises(StorageError, match="upgrade agentjournal"):
             Journal.open(url_for(schema))
+
+
+def test_one_session_when_processes_race_to_create_it_with_one_key(journal_url: str) -> None:
+    """Two processes (two journals) start the same conversation at once, with the same session
+    id and idempotency key: each gets the same session, and exactly one of them created it.
+    On PostgreSQL the loser once saw the winner's row half-way through its own checks and was
+    told the id was taken."""
+
+    def create(journal: Journal, name: str, start: threading.Barrier, out: list[Any]) -> None:
+        start.wait()
+        try:
+            session, created = journal.create_session_ex(
+                "same", session_id=name, idempotency_key=name
+            )
+        except JournalError as exc:
+            out.append(exc)
+        else:
+            out.append((session.session_id, created))
+
+    with Journal.open(journal_url) as first, Journal.open(journal_url) as second:
+        for round_ in range(40):
+            name, start, results = f"race-{round_}", threading.Barrier(4), []
+            threads = [
+                threading.Thread(target=create, args=(journal, name, start, results))
+                for journal in (first, second) * 2
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert sorted(results, key=repr) == [(name, False)] * 3 + [(name, True)]

@@ -199,14 +199,27 @@ class Journal(TaskVerbs):
         sid = new_session_id() if session_id is None else check_id(session_id, "session_id")
         created_at = now_ms()
 
+        def repeat_of(tx: WriteTx) -> str | None:
+            """The session this key created before, checked to be this same request."""
+            key = event.idempotency_key
+            if key is None:
+                return None
+            existing = tx.session_by_key(self.tenant, key)
+            if existing is not None:
+                found = tx.events_by_keys([(existing, key)])
+                resolve_retry([event], {k: e for (_, k), e in found.items()})
+            return existing
+
         def work(tx: WriteTx) -> tuple[str, bool]:
-            if event.idempotency_key is not None:
-                existing = tx.session_by_key(self.tenant, event.idempotency_key)
-                if existing is not None:
-                    found = tx.events_by_keys([(existing, event.idempotency_key)])
-                    resolve_retry([event], {k: e for (_, k), e in found.items()})
-                    return existing, False
+            existing = repeat_of(tx)
+            if existing is not None:
+                return existing, False
             if tx.session_states([sid]):
+                # On PostgreSQL each statement sees what has committed by then: the session may
+                # be a concurrent creation with this key that committed after the look-up above.
+                existing = repeat_of(tx)
+                if existing is not None:
+                    return existing, False
                 raise Conflict(f"session id {sid!r} is already taken")
             tx.insert_session(self.tenant, sid, created_at, event.idempotency_key)
             tx.insert_events([EventRow(self.tenant, sid, 1, event, created_at)])

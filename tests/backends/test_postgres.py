@@ -807,3 +807,43 @@ def test_claimers_in_two_instances_never_share_a_task(schema: str) -> None:
             if e.type == "task_started"
         )
         assert started == dict.fromkeys(task_ids, 1)
+
+
+def test_an_idempotent_create_that_loses_the_race_at_the_unique_key_returns_the_winner(
+    schema: str,
+) -> None:
+    """The narrow end of two processes creating one session with one key: the winner's row is
+    not committed yet when the loser looks for it (by key, then by id), so the loser inserts
+    too and waits on the winner's lock; when the winner commits, the database refuses the
+    loser's row. The backend runs the write again, and the journal's rules now find the
+    winner's session, the repeat that it is. Here the winner is a raw transaction held open,
+    so the order is fixed."""
+    with Journal.open(url(schema)) as journal, closing(connect(schema)) as winner:
+        winner.execute("BEGIN")
+        winner.execute(
+            "INSERT INTO sessions (session_id, tenant, title, created_at, updated_at,"
+            " idempotency_key) VALUES ('s', 'default', 'same', 1, 1, 'k')"
+        )
+        winner.execute(
+            "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key,"
+            " created_at) VALUES ('default', 's', 1, 'session_created', %s, 'k', 1)",
+            (json.dumps({"title": "same"}),),
+        )
+        outcome: list[Any] = []
+        loser = threading.Thread(
+            target=lambda: outcome.append(
+                journal.create_session_ex("same", session_id="s", idempotency_key="k")
+            )
+        )
+        loser.start()
+        with closing(connect(schema)) as watch:
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            deadline = time.monotonic() + 30
+            while not watch.execute(waiting).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the loser never waited on the winner"
+                time.sleep(0.01)
+        winner.execute("COMMIT")
+        loser.join(30)
+        [(session, created)] = outcome
+        assert (session.session_id, session.title, created) == ("s", "same", False)
+        assert [e.type for e in journal.events("s")] == ["session_created"]
