@@ -125,6 +125,27 @@ def test_messages_become_the_journals_own_events() -> None:
     ]
 
 
+def test_text_the_journal_cannot_hold_is_shown_as_a_replacement_character() -> None:
+    """A tool that returns binary junk (U+0000, a lone surrogate) must not stop the checkpoint,
+    which keeps the exact bytes in its blobs; the conversation's events show U+FFFD instead."""
+    call = {"id": "c\x00", "name": "read_file", "args": {"path": "a\x00b"}}
+    messages = [
+        HumanMessage("bin\x00ary \ud83d 文件"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("PK\x03\x04\x00\x00", tool_call_id="c\x00"),
+    ]
+    originals = [message_to_dict(m) for m in messages]
+    events = lg.message_events(messages, originals, used_calls=set(), open_calls=set())
+    assert [e.type for e in events] == ["user_message", "tool_call", "tool_result"]
+    assert events[0].payload["content"] == "bin\ufffdary \ufffd 文件"
+    assert events[0].payload["message"]["data"]["content"] == "bin\ufffdary \ufffd 文件"
+    assert events[1].payload["call_id"] == events[2].payload["call_id"] == "c\ufffd"
+    assert events[2].payload["content"] == "PK\x03\x04\ufffd\ufffd"
+    for event in events:
+        prepare(event.type, event.payload)  # the journal takes every one of them
+    assert originals[0]["data"]["content"] == "bin\x00ary \ud83d 文件"  # the caller's untouched
+
+
 def test_a_call_only_message_carries_the_original_on_its_first_call() -> None:
     calls = [{"id": f"c{i}", "name": "t", "args": {}} for i in range(2)]
     message = AIMessage("", tool_calls=calls)

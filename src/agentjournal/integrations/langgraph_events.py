@@ -200,7 +200,8 @@ _ROLES = {"human": "user_message", "system": "system_message"}
 def _events(
     message: Any, original: dict[str, Any], used: set[str], waiting: set[str]
 ) -> list[NewEvent]:
-    kind, text = message.type, _text(message.content)
+    original = _storable(original)
+    kind, text = message.type, _storable(_text(message.content))
     if kind in _ROLES and text is not None:
         return [NewEvent(_ROLES[kind], {"content": text, "message": original})]
     if kind == "ai" and text is not None:
@@ -222,7 +223,7 @@ def _events(
             waiting.add(call["call_id"])
         return events
     if kind == "tool" and text is not None:
-        call_id = getattr(message, "tool_call_id", None)
+        call_id = _storable(getattr(message, "tool_call_id", None))
         if isinstance(call_id, str) and call_id in waiting:
             waiting.discard(call_id)
             result: dict[str, Any] = {"call_id": call_id, "content": text, "message": original}
@@ -235,11 +236,30 @@ def _events(
 def _call(call: Any) -> dict[str, str] | None:
     if not isinstance(call, Mapping):
         return None
-    call_id, name = call.get("id"), call.get("name")
+    call_id, name = _storable(call.get("id")), _storable(call.get("name"))
     if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
         return None
     arguments = json.dumps(call.get("args", {}), ensure_ascii=False, sort_keys=True)
     return {"call_id": call_id, "name": name, "arguments": arguments}
+
+
+def _storable(value: Any) -> Any:
+    """`value` with the text the journal does not store (U+0000, lone surrogates) replaced by
+    U+FFFD. These events show the conversation; the checkpoint's blobs keep the exact value, so
+    a tool that returns binary junk still checkpoints as with LangGraph's own savers."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, Mapping):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _text(content: Any) -> str | None:
