@@ -21,6 +21,7 @@ import asyncio
 import builtins
 import json
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, TypeVar
@@ -62,6 +63,8 @@ from agentjournal.journal import Durability, Journal
 __all__ = ["AsyncJournalSaver", "JournalSaver", "session_id_for"]
 
 T = TypeVar("T")
+
+_PRUNE_ATTEMPTS = 8  # reads of a thread that prune makes while a graph appends to it
 
 
 class _Saver(BaseCheckpointSaver[str]):
@@ -412,16 +415,35 @@ class _Saver(BaseCheckpointSaver[str]):
             session_id = self.store.session(str(thread_id))
             if session_id is None:
                 continue
+            keep = self._keep_latest(session_id)
+            thread = self.store.thread(session_id)
+            with self.store.lock:
+                thread.heads = {k: v for k, v in thread.heads.items() if keep.get(k[0]) == k[1]}
+
+    def _keep_latest(self, session_id: str) -> dict[str, str]:
+        """Hide all but the newest checkpoint of each namespace; the ones kept, per namespace.
+        The prune is appended at the seq the thread was read at: a checkpoint put meanwhile (a
+        graph running beside the prune) makes it read the thread again, so the newest is never
+        hidden."""
+        for attempt in range(_PRUNE_ATTEMPTS):
+            last_seq = self.journal.get_session(session_id).last_seq
             heads = visible_checkpoints(list(self.store.after(session_id, 0)))
             keep: dict[str, str] = {}
             for head in heads:
                 ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
                 keep[ns] = max(keep.get(ns, checkpoint_id), checkpoint_id)
-            if len(keep) < len(heads):
-                self.journal.append(session_id, LANGGRAPH_PRUNED, {"keep": keep})
-            thread = self.store.thread(session_id)
-            with self.store.lock:
-                thread.heads = {k: v for k, v in thread.heads.items() if keep.get(k[0]) == k[1]}
+            if len(keep) == len(heads):
+                return keep
+            try:
+                self.journal.append(
+                    session_id, LANGGRAPH_PRUNED, {"keep": keep}, expected_seq=last_seq
+                )
+                return keep
+            except Conflict:
+                if self.journal.get_session(session_id).last_seq == last_seq:
+                    raise  # not another writer's append: a conflict of another kind
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        raise Conflict(f"session {session_id}: the graph kept appending while prune read it")
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's own savers: an increasing counter and a random tail, so that two

@@ -257,18 +257,28 @@ class ThreadStore:
             )
             if events and lg.is_checkpoint(events[0], ns) and not moved:
                 return events
-        events = self.scan_back(
-            session_id,
-            lambda e: (
-                lg.is_checkpoint(e, ns)
-                and (checkpoint_id is None or e.payload["checkpoint_id"] == checkpoint_id)
-            ),
-        )
-        if not events or not lg.is_checkpoint(events[0], ns):
+        # Read back from the newest event; the prunes met on the way are the ones after the
+        # checkpoint being looked at. The latest is the newest checkpoint that none of them hid
+        # (a prune that raced a put, before prune appended at the seq it read, could hide the
+        # newest one); a named checkpoint that one of them hid is not there.
+        later_keeps: list[dict[str, str]] = []
+
+        def hidden(event: Event) -> bool:
+            return any(keep.get(ns) != event.payload["checkpoint_id"] for keep in later_keeps)
+
+        def until(event: Event) -> bool:
+            if event.type == LANGGRAPH_PRUNED:
+                later_keeps.append(event.payload["keep"])
+                return False
+            if not lg.is_checkpoint(event, ns):
+                return False
+            if checkpoint_id is None:
+                return not hidden(event)
+            return bool(event.payload["checkpoint_id"] == checkpoint_id)
+
+        events = self.scan_back(session_id, until)
+        if not events or not lg.is_checkpoint(events[0], ns) or hidden(events[0]):
             return []
-        pruned = [e for e in events if e.type == LANGGRAPH_PRUNED]
-        if pruned and pruned[-1].payload["keep"].get(ns) != events[0].payload["checkpoint_id"]:
-            return []  # hidden by a prune (the newest of a namespace never is)
         return events
 
     def head(self, session_id: str, event: Event) -> Head:
