@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from agentjournal import InvalidArgument
 from agentjournal.events import LANGGRAPH_CHECKPOINT, LANGGRAPH_PRUNED, Event
 from agentjournal.integrations.langgraph import JournalSaver
 from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
@@ -107,3 +108,35 @@ def test_latest_skips_a_newest_checkpoint_that_a_prune_hid(url: str) -> None:
             assert latest is not None
             assert latest.config["configurable"]["checkpoint_id"] == kept_id
             assert counter_graph(reader).get_state(config("t")).values["seen"] == [0, 1]
+
+
+@pytest.mark.parametrize("strategy", ["keep_latest", "delete"])
+@pytest.mark.parametrize("thread_ids", ["t", b"t", 7, None])
+def test_prune_refuses_thread_ids_that_are_not_a_collection_of_ids(
+    tmp_path: Path, strategy: str, thread_ids: Any
+) -> None:
+    """A plain string is not a list of one thread: prune("thread-1") would prune (or, with
+    "delete", purge) the threads "t", "h", "r", ... Refused before anything is read or written."""
+    with JournalSaver.from_conn_string(str(tmp_path / "agent.db")) as saver:
+        graph = counter_graph(saver)
+        for thread_id in ("t", "thread-1"):
+            for _ in range(2):
+                graph.invoke({"seen": []}, config(thread_id))
+        before = {s.session_id: s.last_seq for s in saver.journal.sessions()}
+        with pytest.raises(InvalidArgument, match="thread_ids"):
+            saver.prune(thread_ids, strategy=strategy)
+        with pytest.raises(InvalidArgument, match="thread_ids"):
+            saver.prune("thread-1", strategy=strategy)
+        assert {s.session_id: s.last_seq for s in saver.journal.sessions()} == before
+        assert len(list(saver.list(config("t")))) == 6
+
+
+def test_prune_refuses_an_unknown_strategy_before_reading_the_threads(tmp_path: Path) -> None:
+    with JournalSaver.from_conn_string(str(tmp_path / "agent.db")) as saver:
+        counter_graph(saver).invoke({"seen": []}, config("t"))
+        before = saver.journal.get_session("t").last_seq
+        with pytest.raises(InvalidArgument, match="strategy"):
+            saver.prune(["t"], strategy="keep_none")
+        with pytest.raises(InvalidArgument, match="strategy"):
+            saver.prune("t", strategy="keep_none")
+        assert saver.journal.get_session("t").last_seq == before

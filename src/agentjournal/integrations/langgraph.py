@@ -22,7 +22,14 @@ import builtins
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -407,8 +414,14 @@ class _Saver(BaseCheckpointSaver[str]):
         checkpoint but the newest of each namespace leaves LangGraph's view (`list`,
         `get_tuple`); the journal keeps them, so they stay in the inspector and `replay`."""
         if strategy not in ("keep_latest", "delete"):
-            raise InvalidArgument("strategy must be 'keep_latest' or 'delete'")
-        for thread_id in thread_ids:
+            raise InvalidArgument(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        # A str is iterable: prune("thread-1") would prune (or purge) "t", "h", "r", ...
+        if isinstance(thread_ids, str | bytes | bytearray) or not isinstance(thread_ids, Iterable):
+            raise InvalidArgument(
+                "thread_ids must be a list of thread ids (prune([thread_id]), not "
+                f"prune(thread_id)), not {type(thread_ids).__name__}"
+            )
+        for thread_id in [str(t) for t in thread_ids]:
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
