@@ -28,6 +28,7 @@ from collections.abc import (
     Collection,
     Iterable,
     Iterator,
+    Mapping,
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -228,42 +229,23 @@ class _Saver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns = _thread_of(config)
-        session_id = self.store.ensure(thread_id)
+        _check_checkpoint(checkpoint, metadata, new_versions)
         parent_id = get_checkpoint_id(config)
-        parent = self.store.parent(session_id, ns, parent_id)
-        values = checkpoint["channel_values"]
-        batch: builtins.list[NewEvent] = []
-        fresh: dict[str, tuple[int, Any, int]] = {}  # channel -> batch index, value, depth
-        added: builtins.list[Any] = []
-        for channel, version in new_versions.items():
-            value = values.get(channel, EMPTY)
-            base = self._base(session_id, parent, channel, value)
-            payload, depth = self._blob(ns, channel, version, value, base)
-            kept = list(value) if isinstance(value, list) else value
-            fresh[channel] = (len(batch), kept, depth)
-            batch.append(NewEvent(LANGGRAPH_BLOB, payload))
-            if ns == "" and channel == "messages" and isinstance(value, list):
-                old = base[1] if base is not None else None
-                new = lg.new_messages(old if isinstance(old, list) else None, value)
-                added = new if lg.is_message_list(new) else []
-        blobs: dict[str, tuple[Any, int]] = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            if channel not in fresh:
-                seq = self.store.blob_seq(session_id, ns, channel, version, parent)
-                if seq is not None:
-                    blobs[channel] = (version, seq)
-        batch += self._message_events(session_id, added)
-        refs = {channel: seq for channel, (_, seq) in blobs.items()}
-        for channel, (index, _, _) in fresh.items():
-            refs[channel] = index - len(batch)  # counted back from the checkpoint event
-        stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        payload = lg.checkpoint_payload(
-            ns,
-            checkpoint["id"],
-            parent_id,
-            self.serde.dumps_typed(stored),
-            self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
-            refs,
+        stored = self.serde.dumps_typed(
+            {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        )
+        typed_metadata = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        session_id = self.store.session(thread_id)
+        if session_id is None:
+            # The thread's first put: what the journal would refuse (a value over its payload
+            # limit, say) is refused before the thread's session is created.
+            trial = self._batch(
+                None, ns, checkpoint, new_versions, parent_id, stored, typed_metadata
+            )
+            self.journal.prepare_batch([*trial[0], NewEvent(LANGGRAPH_CHECKPOINT, trial[3])])
+            session_id = self.store.ensure(thread_id)
+        batch, fresh, blobs, payload = self._batch(
+            session_id, ns, checkpoint, new_versions, parent_id, stored, typed_metadata
         )
         thread = self.store.thread(session_id)
         with thread.lock:
@@ -287,6 +269,54 @@ class _Saver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _batch(
+        self,
+        session_id: str | None,
+        ns: str,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+        parent_id: str | None,
+        stored: tuple[str, bytes],
+        metadata: tuple[str, bytes],
+    ) -> tuple[
+        builtins.list[NewEvent],
+        dict[str, tuple[int, Any, int]],
+        dict[str, tuple[Any, int]],
+        dict[str, Any],
+    ]:
+        """A put's events but the checkpoint's (blobs, then messages), the channels with a new
+        blob (batch index, value, depth), the unchanged channels' blobs (version, seq), and the
+        checkpoint's payload. `session_id` None: the thread has no session yet."""
+        parent = None if session_id is None else self.store.parent(session_id, ns, parent_id)
+        values = checkpoint["channel_values"]
+        batch: builtins.list[NewEvent] = []
+        fresh: dict[str, tuple[int, Any, int]] = {}  # channel -> batch index, value, depth
+        added: builtins.list[Any] = []
+        for channel, version in new_versions.items():
+            value = values.get(channel, EMPTY)
+            base = None if session_id is None else self._base(session_id, parent, channel, value)
+            payload, depth = self._blob(ns, channel, version, value, base)
+            kept = list(value) if isinstance(value, list) else value
+            fresh[channel] = (len(batch), kept, depth)
+            batch.append(NewEvent(LANGGRAPH_BLOB, payload))
+            if ns == "" and channel == "messages" and isinstance(value, list):
+                old = base[1] if base is not None else None
+                new = lg.new_messages(old if isinstance(old, list) else None, value)
+                added = new if lg.is_message_list(new) else []
+        blobs: dict[str, tuple[Any, int]] = {}
+        if session_id is not None:
+            for channel, version in checkpoint["channel_versions"].items():
+                if channel not in fresh:
+                    seq = self.store.blob_seq(session_id, ns, channel, version, parent)
+                    if seq is not None:
+                        blobs[channel] = (version, seq)
+        batch += self._message_events(session_id, added)
+        refs = {channel: seq for channel, (_, seq) in blobs.items()}
+        for channel, (index, _, _) in fresh.items():
+            refs[channel] = index - len(batch)  # counted back from the checkpoint event
+        payload = lg.checkpoint_payload(ns, checkpoint["id"], parent_id, stored, metadata, refs)
+        return batch, fresh, blobs, payload
 
     def _base(
         self, session_id: str, parent: Head | None, channel: str, value: Any
@@ -323,12 +353,16 @@ class _Saver(BaseCheckpointSaver[str]):
         return lg.blob_payload(ns, channel, version, whole), 0
 
     def _message_events(
-        self, session_id: str, messages: builtins.list[Any]
+        self, session_id: str | None, messages: builtins.list[Any]
     ) -> builtins.list[NewEvent]:
         if not messages:
             return []
         named = lg.call_ids(messages)
-        calls = self.journal.tool_calls(session_id, call_ids=named) if named else []
+        calls = (
+            self.journal.tool_calls(session_id, call_ids=named)
+            if named and session_id is not None
+            else []
+        )
         return lg.message_events(
             messages,
             [_original(m) for m in messages],
@@ -347,14 +381,20 @@ class _Saver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
             raise InvalidArgument("put_writes needs a config with a checkpoint_id")
+        _check_writes(writes, task_id, task_path)
         if not writes:
             return
-        session_id = self.store.ensure(thread_id)
         typed = [
             (WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
             for idx, (channel, value) in enumerate(writes)
         ]
         payload = lg.writes_payload(ns, checkpoint_id, task_id, task_path, typed)
+        session_id = self.store.session(thread_id)
+        if session_id is None:
+            # The thread's first write: what the journal would refuse is refused before the
+            # thread's session is created.
+            self.journal.prepare_batch([NewEvent(LANGGRAPH_WRITES, payload)])
+            session_id = self.store.ensure(thread_id)
         try:
             self._append_writes(session_id, ns, checkpoint_id, payload)
         except SessionNotFound:  # the thread was deleted meanwhile: start it again
@@ -531,6 +571,45 @@ def _thread_of(config: RunnableConfig) -> tuple[str, str]:
         raise InvalidArgument("a LangGraph config needs configurable.thread_id")
     ns = configurable.get("checkpoint_ns") or ""
     return str(thread_id), str(ns)
+
+
+def _check_checkpoint(checkpoint: Any, metadata: Any, new_versions: Any) -> None:
+    """Refuse a checkpoint that is not LangGraph's `Checkpoint` shape (before anything is
+    written), naming what is wrong, instead of a KeyError halfway through a put."""
+    if not isinstance(checkpoint, Mapping):
+        raise InvalidArgument(f"checkpoint must be a dict, not {type(checkpoint).__name__}")
+    checkpoint_id = checkpoint.get("id")
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise InvalidArgument(f"checkpoint['id'] must be a non-empty str, not {checkpoint_id!r}")
+    for key in ("channel_values", "channel_versions"):
+        if not isinstance(checkpoint.get(key), Mapping):
+            found = type(checkpoint[key]).__name__ if key in checkpoint else "missing"
+            raise InvalidArgument(f"checkpoint[{key!r}] must be a dict, not {found}")
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgument(f"metadata must be a dict, not {type(metadata).__name__}")
+    if not isinstance(new_versions, Mapping):
+        raise InvalidArgument(f"new_versions must be a dict, not {type(new_versions).__name__}")
+
+
+def _check_writes(writes: Any, task_id: Any, task_path: Any) -> None:
+    """Refuse writes that are not a list of (channel, value) pairs, or a task id or path that
+    is not a str, before anything is written."""
+    if isinstance(writes, str | bytes | bytearray | Mapping) or not isinstance(writes, Sequence):
+        raise InvalidArgument(
+            f"writes must be a list of (channel, value) pairs, not {type(writes).__name__}"
+        )
+    for index, write in enumerate(writes):
+        if (
+            isinstance(write, str | bytes | bytearray)
+            or not isinstance(write, Sequence)
+            or len(write) != 2
+            or not isinstance(write[0], str)
+        ):
+            raise InvalidArgument(f"writes[{index}] must be a (channel, value) pair: {write!r:.80}")
+    if not isinstance(task_id, str):
+        raise InvalidArgument(f"task_id must be a str, not {type(task_id).__name__}")
+    if not isinstance(task_path, str):
+        raise InvalidArgument(f"task_path must be a str, not {type(task_path).__name__}")
 
 
 def _original(message: Any) -> dict[str, Any]:
