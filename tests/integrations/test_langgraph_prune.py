@@ -6,7 +6,7 @@ still reads as its newest kept one."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -15,6 +15,10 @@ import pytest
 pytest.importorskip("langgraph")
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
@@ -140,3 +144,70 @@ def test_prune_refuses_an_unknown_strategy_before_reading_the_threads(tmp_path: 
         with pytest.raises(InvalidArgument, match="strategy"):
             saver.prune("t", strategy="keep_none")
         assert saver.journal.get_session("t").last_seq == before
+
+
+# -- DeltaChannel -------------------------------------------------------------------------------
+
+
+def concat(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    return [*state, *(item for write in writes for item in write)]
+
+
+class Log(TypedDict):
+    items: Annotated[list[str], DeltaChannel(concat)]
+
+
+def delta_graph(saver: Any) -> CompiledStateGraph[Any]:
+    """A DeltaChannel stores no value at most checkpoints: LangGraph rebuilds it from the
+    writes of the checkpoints before, found by walking the parents."""
+
+    def step(state: Log) -> dict[str, Any]:
+        return {"items": [f"i{len(state['items'])}"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    return builder.compile(checkpointer=saver)
+
+
+def test_keep_latest_refuses_a_thread_using_a_delta_channel_and_prunes_nothing(url: str) -> None:
+    """Hiding the checkpoints before the latest would empty the DeltaChannel's state. As
+    PostgresSaver: NotImplementedError, and no thread of the batch is pruned."""
+    with JournalSaver.from_conn_string(url) as saver:
+        graph, plain = delta_graph(saver), counter_graph(saver)
+        for _ in range(3):
+            graph.invoke({"items": []}, config("delta"))
+            plain.invoke({"seen": []}, config("plain"))
+        before = {s.session_id: s.last_seq for s in saver.journal.sessions()}
+        with pytest.raises(NotImplementedError, match="DeltaChannel: delta"):
+            saver.prune(["plain", "delta"])
+        assert {s.session_id: s.last_seq for s in saver.journal.sessions()} == before
+        assert graph.get_state(config("delta")).values["items"] == ["i0", "i1", "i2"]
+        assert len(list(saver.list(config("plain")))) == 9
+        saver.prune(["plain"])
+        assert len(list(saver.list(config("plain")))) == 1
+        saver.prune(["delta"], strategy="delete")
+        assert saver.get_tuple(config("delta")) is None
+
+
+class XorCipher:
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return bytes(b ^ 0x5A for b in ciphertext)
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_a_delta_snapshot_blob_is_told_from_other_values(tmp_path: Path, encrypted: bool) -> None:
+    """A thread whose DeltaChannel left no counters in any metadata still has snapshot blobs:
+    every size of msgpack ext header, plain or encrypted, is found; other values are not."""
+    serde = EncryptedSerializer(XorCipher()) if encrypted else JsonPlusSerializer()
+    with JournalSaver.from_conn_string(str(tmp_path / "agent.db"), serde=serde) as saver:
+        for size in (0, 1, 3, 14, 300, 70_000):
+            snapshot = _DeltaSnapshot(["x" * 3] * size)
+            assert saver._is_delta_snapshot(serde.dumps_typed(snapshot)), size
+            assert not saver._is_delta_snapshot(serde.dumps_typed(["x" * 3] * size)), size
+        for value in (7, "\x07", b"\xd4\x07", {"a": 1}, None, 3.5):
+            assert not saver._is_delta_snapshot(serde.dumps_typed(value)), value

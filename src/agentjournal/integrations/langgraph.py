@@ -48,6 +48,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+try:  # LangGraph's DeltaChannel snapshot (beta, private), to refuse pruning threads using one
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+except ImportError:  # pragma: no cover - an older langgraph-checkpoint: no DeltaChannel
+    _DeltaSnapshot = None  # type: ignore[assignment,misc]
+
 import agentjournal.integrations.langgraph_events as lg
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
@@ -72,6 +77,7 @@ __all__ = ["AsyncJournalSaver", "JournalSaver", "session_id_for"]
 
 T = TypeVar("T")
 
+_EXT_DELTA_SNAPSHOT = 7  # the msgpack ext type of LangGraph's DeltaChannel snapshot blobs
 _PRUNE_ATTEMPTS = 8  # reads of a thread that prune makes while a graph appends to it
 
 
@@ -461,26 +467,46 @@ class _Saver(BaseCheckpointSaver[str]):
                 "thread_ids must be a list of thread ids (prune([thread_id]), not "
                 f"prune(thread_id)), not {type(thread_ids).__name__}"
             )
-        for thread_id in [str(t) for t in thread_ids]:
+        ids = [str(t) for t in thread_ids]
+        if strategy == "keep_latest":
+            # As PostgresSaver: a DeltaChannel's value is rebuilt from the writes of the
+            # checkpoints before the latest, which keep_latest would hide. If any thread uses
+            # one, nothing is pruned (and one that starts to meanwhile is refused on its turn).
+            delta = [
+                thread_id
+                for thread_id in ids
+                if (session_id := self.store.session(thread_id)) is not None
+                and self._uses_delta_channel(list(self.store.after(session_id, 0)))
+            ]
+            if delta:
+                raise NotImplementedError(
+                    f"keep_latest can't prune threads that use a DeltaChannel: {', '.join(delta)}"
+                )
+        for thread_id in ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
-            session_id = self.store.session(str(thread_id))
+            session_id = self.store.session(thread_id)
             if session_id is None:
                 continue
-            keep = self._keep_latest(session_id)
+            keep = self._keep_latest(session_id, thread_id)
             thread = self.store.thread(session_id)
             with self.store.lock:
                 thread.heads = {k: v for k, v in thread.heads.items() if keep.get(k[0]) == k[1]}
 
-    def _keep_latest(self, session_id: str) -> dict[str, str]:
+    def _keep_latest(self, session_id: str, thread_id: str) -> dict[str, str]:
         """Hide all but the newest checkpoint of each namespace; the ones kept, per namespace.
         The prune is appended at the seq the thread was read at: a checkpoint put meanwhile (a
         graph running beside the prune) makes it read the thread again, so the newest is never
         hidden."""
         for attempt in range(_PRUNE_ATTEMPTS):
             last_seq = self.journal.get_session(session_id).last_seq
-            heads = visible_checkpoints(list(self.store.after(session_id, 0)))
+            events = list(self.store.after(session_id, 0))
+            if self._uses_delta_channel(events):
+                raise NotImplementedError(
+                    f"keep_latest can't prune threads that use a DeltaChannel: {thread_id}"
+                )
+            heads = visible_checkpoints(events)
             keep: dict[str, str] = {}
             for head in heads:
                 ns, checkpoint_id = head.payload["ns"], head.payload["checkpoint_id"]
@@ -497,6 +523,39 @@ class _Saver(BaseCheckpointSaver[str]):
                     raise  # not another writer's append: a conflict of another kind
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise Conflict(f"session {session_id}: the graph kept appending while prune read it")
+
+    def _uses_delta_channel(self, events: Sequence[Event]) -> bool:
+        """Whether a thread uses a DeltaChannel, found as PostgresSaver finds it: update
+        counters in a checkpoint's metadata (`delta_writes_versioned` for LangGraph.js), or a
+        snapshot blob."""
+        for event in events:
+            payload = event.payload
+            if event.type == LANGGRAPH_CHECKPOINT:
+                metadata = self.serde.loads_typed(lg.decode(payload["metadata"]))
+                if isinstance(metadata, Mapping) and (
+                    "counters_since_delta_snapshot" in metadata
+                    or "delta_writes_versioned" in metadata
+                ):
+                    return True
+            elif (
+                event.type == LANGGRAPH_BLOB
+                and "base" not in payload
+                and self._is_delta_snapshot(lg.decode(payload["value"]))
+            ):
+                return True
+        return False
+
+    def _is_delta_snapshot(self, typed: tuple[str, bytes]) -> bool:
+        kind, data = typed
+        if kind == "msgpack":  # an ext of type 7 (EXT_DELTA_SNAPSHOT) at the top: read its head
+            head = {0xD4: 1, 0xD5: 1, 0xD6: 1, 0xD7: 1, 0xD8: 1, 0xC7: 2, 0xC8: 3, 0xC9: 5}
+            at = head.get(data[0]) if data else None
+            return at is not None and len(data) > at and data[at] == _EXT_DELTA_SNAPSHOT
+        if kind.startswith("msgpack+"):  # encrypted (EncryptedSerializer): decrypt to see
+            return _DeltaSnapshot is not None and isinstance(
+                self.serde.loads_typed(typed), _DeltaSnapshot
+            )
+        return False
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's own savers: an increasing counter and a random tail, so that two
