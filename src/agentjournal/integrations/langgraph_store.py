@@ -85,6 +85,7 @@ class ThreadStore:
         self.serde = serde
         self.lock = threading.Lock()
         self._sessions: dict[str, str] = {}  # thread id -> its data session
+        self._births: dict[str, int] = {}  # data session -> the event id of its first event
         self._threads_seen: dict[str, ThreadState] = {}
         self._values: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
 
@@ -96,12 +97,20 @@ class ThreadStore:
 
     def session(self, thread_id: str) -> str | None:
         """The data session of a thread (a copied thread's is a fork), None if none exists.
-        Remembered once found: a session that is purged later is found out by the next read
-        or append of it (`SessionNotFound`), which makes the saver `forget` it."""
+
+        Remembered once found, with the event id of its first event. Each call checks that id
+        again (one read of one event): another process may have deleted the thread and run it
+        anew under the same session id, whose seqs then name other events, and all this store
+        remembers of the old one must go."""
         with self.lock:
             known = self._sessions.get(thread_id)
         if known is not None:
-            return known
+            born = self._birth(known)
+            with self.lock:
+                same = born is not None and born == self._births.get(known)
+            if same:
+                return known
+            self.forget(known)
         home = session_id_for(thread_id)
         try:
             session = self.journal.get_session(home)
@@ -111,9 +120,22 @@ class ThreadStore:
             raise Conflict(f"session {home!r} is not a LangGraph thread's; use another thread_id")
         target = session.metadata.get("langgraph_session")
         found = target if isinstance(target, str) else home
+        born = self._birth(found)
+        if born is None:
+            return None  # a copy whose fork was deleted meanwhile
         with self.lock:
             self._sessions[thread_id] = found
+            self._births[found] = born
         return found
+
+    def _birth(self, session_id: str) -> int | None:
+        """The event id of the session's first event: a session id used again gets a new one
+        (event ids are never reused). None if the session does not exist."""
+        try:
+            first = self.journal.events(session_id, limit=1)
+        except SessionNotFound:
+            return None
+        return first[0].event_id if first else None
 
     def ensure(self, thread_id: str) -> str:
         found = self.session(thread_id)
@@ -155,6 +177,7 @@ class ThreadStore:
         with self.lock:
             for thread_id in [t for t, s in self._sessions.items() if s == session_id]:
                 del self._sessions[thread_id]
+            self._births.pop(session_id, None)
             self._threads_seen.pop(session_id, None)
             for key in [k for k in self._values if k[0] == session_id]:
                 del self._values[key]
