@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - an older langgraph-checkpoint: no Delt
 
 import agentjournal.integrations.langgraph_events as lg
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import Conflict, InvalidArgument, PayloadTooLarge, SessionNotFound
 from agentjournal.events import (
     LANGGRAPH_BLOB,
     LANGGRAPH_CHECKPOINT,
@@ -79,6 +79,7 @@ T = TypeVar("T")
 
 _EXT_DELTA_SNAPSHOT = 7  # the msgpack ext type of LangGraph's DeltaChannel snapshot blobs
 _PRUNE_ATTEMPTS = 8  # reads of a thread that prune makes while a graph appends to it
+_CHAIN_ATTEMPTS = 8  # appends of a chained blob's batch while other appends get in first
 
 
 class _Saver(BaseCheckpointSaver[str]):
@@ -248,7 +249,9 @@ class _Saver(BaseCheckpointSaver[str]):
             trial = self._batch(
                 None, ns, checkpoint, new_versions, parent_id, stored, typed_metadata
             )
-            self.journal.prepare_batch([*trial[0], NewEvent(LANGGRAPH_CHECKPOINT, trial[3])])
+            self.journal.prepare_batch(
+                _resolved([*trial[0], NewEvent(LANGGRAPH_CHECKPOINT, trial[3])], 0)
+            )
             session_id = self.store.ensure(thread_id)
         batch, fresh, blobs, payload = self._batch(
             session_id, ns, checkpoint, new_versions, parent_id, stored, typed_metadata
@@ -258,9 +261,7 @@ class _Saver(BaseCheckpointSaver[str]):
             early = thread.early.get((ns, checkpoint["id"]))
             if early:
                 payload["early_writes"] = list(early)
-            appended = self.journal.append_many(
-                session_id, [*batch, NewEvent(LANGGRAPH_CHECKPOINT, payload)]
-            )
+            appended = self._append(session_id, [*batch, NewEvent(LANGGRAPH_CHECKPOINT, payload)])
             for channel, (index, value, depth) in fresh.items():
                 blobs[channel] = (new_versions[channel], appended[index].seq)
                 self.store.keep(session_id, appended[index].seq, value, depth)
@@ -275,6 +276,27 @@ class _Saver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _append(self, session_id: str, batch: builtins.list[NewEvent]) -> builtins.list[Event]:
+        """Append a put's batch. A blob chained to a blob of the same batch (a list too large
+        for one event) names its base by a negative placeholder, `-1 - index in the batch`; the
+        seqs are known only against the session's last seq, so such a batch is appended with
+        `expected_seq`, read again if another append got in first."""
+        if not any(_local_base(e) is not None for e in batch):
+            return self.journal.append_many(session_id, batch)
+        for attempt in range(_CHAIN_ATTEMPTS):
+            last = self.journal.get_session(session_id).last_seq
+            try:
+                return self.journal.append_many(
+                    session_id, _resolved(batch, last), expected_seq=last
+                )
+            except Conflict:
+                if (
+                    attempt + 1 == _CHAIN_ATTEMPTS
+                    or self.journal.get_session(session_id).last_seq == last
+                ):
+                    raise  # not a race with another append: the batch itself is refused
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _batch(
         self,
@@ -302,10 +324,10 @@ class _Saver(BaseCheckpointSaver[str]):
         for channel, version in new_versions.items():
             value = values.get(channel, EMPTY)
             base = None if session_id is None else self._base(session_id, parent, channel, value)
-            payload, depth = self._blob(ns, channel, version, value, base)
+            links, depth = self._blob(ns, channel, version, value, base, len(batch))
             kept = list(value) if isinstance(value, list) else value
-            fresh[channel] = (len(batch), kept, depth)
-            batch.append(NewEvent(LANGGRAPH_BLOB, payload))
+            batch += [NewEvent(LANGGRAPH_BLOB, link) for link in links]
+            fresh[channel] = (len(batch) - 1, kept, depth)
             if ns == "" and channel == "messages" and isinstance(value, list):
                 old = base[1] if base is not None else None
                 new = lg.new_messages(old if isinstance(old, list) else None, value)
@@ -336,12 +358,20 @@ class _Saver(BaseCheckpointSaver[str]):
         return seq, old, depth
 
     def _blob(
-        self, ns: str, channel: str, version: Any, value: Any, base: tuple[int, Any, int] | None
-    ) -> tuple[dict[str, Any], int]:
-        """The blob payload of a channel's new value, and its depth: a list that extends its
-        parent's value is stored as the items added."""
+        self,
+        ns: str,
+        channel: str,
+        version: Any,
+        value: Any,
+        base: tuple[int, Any, int] | None,
+        at: int,
+    ) -> tuple[builtins.list[dict[str, Any]], int]:
+        """The blob payloads of a channel's new value (to go at index `at` of the batch on), and
+        the last one's depth: a list that extends its parent's value is stored as the items
+        added; a list too large for one event as a chain of blobs, each extending the one
+        before it."""
         if value is EMPTY:
-            return lg.blob_payload(ns, channel, version, ("empty", b"")), 0
+            return [lg.blob_payload(ns, channel, version, ("empty", b""))], 0
         whole: tuple[str, bytes] | None = None
         if base is not None:
             seq, old, depth = base
@@ -351,12 +381,50 @@ class _Saver(BaseCheckpointSaver[str]):
                     # blobs), unless it has grown too large for one event: then extend on.
                     whole = self.serde.dumps_typed(value)
                     if len(whole[1]) <= self.journal.max_payload_bytes // 4:
-                        return lg.blob_payload(ns, channel, version, whole), 0
+                        return [lg.blob_payload(ns, channel, version, whole)], 0
                 added = self.serde.dumps_typed(value[len(old) :])
                 payload = lg.blob_payload(ns, channel, version, added, base=seq, depth=depth + 1)
-                return payload, depth + 1
+                return [payload], depth + 1
         whole = whole or self.serde.dumps_typed(value)
-        return lg.blob_payload(ns, channel, version, whole), 0
+        payload = lg.blob_payload(ns, channel, version, whole)
+        if isinstance(value, list) and len(value) > 1 and not self._fits(payload):
+            return self._chain(ns, channel, version, value, at)
+        return [payload], 0
+
+    def _fits(self, payload: dict[str, Any]) -> bool:
+        """Whether the journal takes `payload` as one event."""
+        if len(payload["value"]["data"]) <= self.journal.max_payload_bytes // 4:
+            return True
+        try:
+            self.journal.prepare_batch([NewEvent(LANGGRAPH_BLOB, payload)])
+        except PayloadTooLarge:
+            return False
+        return True
+
+    def _chain(
+        self, ns: str, channel: str, version: Any, value: builtins.list[Any], at: int
+    ) -> tuple[builtins.list[dict[str, Any]], int]:
+        """A list too large for one event as blobs of about a quarter of the payload limit
+        each: the first holds the list's first items, each next one extends the one before it
+        (`base` a placeholder for its seq, see `_append`). The last link's depth counts the
+        links after the first, as if the list had grown by them: the steps that extend it go
+        on from there, and the whole list is tried again at the next multiple of MAX_DEPTH."""
+        budget = max(1, self.journal.max_payload_bytes // 4)
+        chunks: builtins.list[builtins.list[Any]] = [[]]
+        size = 0
+        for item in value:
+            item_size = len(self.serde.dumps_typed(item)[1])
+            if chunks[-1] and size + item_size > budget:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(item)
+            size += item_size
+        links = [lg.blob_payload(ns, channel, version, self.serde.dumps_typed(chunks[0]))]
+        for depth, chunk in enumerate(chunks[1:], start=1):
+            typed = self.serde.dumps_typed(chunk)
+            local = -1 - (at + depth - 1)  # the link before this one, see `_append`
+            links.append(lg.blob_payload(ns, channel, version, typed, base=local, depth=depth))
+        return links, len(links) - 1
 
     def _message_events(
         self, session_id: str | None, messages: builtins.list[Any]
@@ -733,3 +801,24 @@ class AsyncJournalSaver(_Saver):
 
     async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.async_journal._run(fn, *args, **kwargs)
+
+
+def _local_base(event: NewEvent) -> int | None:
+    """The batch index of the blob that `event`, a link of a chain, extends (its `base` still
+    the placeholder `-1 - index`); None for any other event."""
+    if event.type != LANGGRAPH_BLOB:
+        return None
+    base = event.payload.get("base")
+    return -1 - base if isinstance(base, int) and base < 0 else None
+
+
+def _resolved(batch: Sequence[NewEvent], last: int) -> list[NewEvent]:
+    """`batch` with its chained blobs' placeholder bases made seqs, the batch to be appended
+    after the session's seq `last`."""
+    resolved = []
+    for event in batch:
+        index = _local_base(event)
+        if index is not None:
+            event = NewEvent(event.type, {**event.payload, "base": last + 1 + index})
+        resolved.append(event)
+    return resolved

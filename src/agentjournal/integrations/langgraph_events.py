@@ -6,7 +6,9 @@ A LangGraph thread is one journal session. `JournalSaver.put` appends one batch:
   LangGraph's serde typed it (`{"type", "data"}`, the bytes in base64). When the new value of a
   list channel (a `messages` list, say) starts with a value already stored, only the added
   items are stored, with `base` (the seq of that value's blob) and `depth` (how many such steps
-  lead back to a whole value): so a step that appends one message stores one message.
+  lead back to a whole value): so a step that appends one message stores one message. A whole
+  list too large for one event is a chain in the same batch: a first blob with its first items,
+  then blobs extending it (`base`, `depth` as above); the checkpoint names the last.
 - for the root graph's `messages` channel, the messages that step added as the journal's own
   events (`user_message`, `assistant_message`, `tool_call`, `tool_result`, `system_message`),
   each carrying the original under `message`, or `langgraph.message` for one the journal's
