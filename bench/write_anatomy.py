@@ -69,39 +69,35 @@ class SameSQL:
         call = events[1]["payload"]["call_id"]
         execute("BEGIN IMMEDIATE")
         execute(
-            "SELECT s.session_id, s.tenant, s.status, s.last_seq FROM json_each(?) AS j"
-            " CROSS JOIN sessions AS s ON s.session_id = j.value",
-            ('["s"]',),
+            "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = ?",
+            ("s",),
         ).fetchall()
         execute(
-            "SELECT t.session_id, t.call_id, t.status FROM json_each(?) AS j CROSS JOIN"
-            " tool_calls AS t ON t.session_id = json_extract(j.value, '$[0]')"
-            " AND t.call_id = json_extract(j.value, '$[1]')",
-            (json.dumps([["s", call]]),),
+            "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?", ("s", call)
         ).fetchall()
+        event_id = 0
         for offset, event in enumerate(events, start=1):
-            execute(
+            event_id = execute(
                 "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 ("default", "s", seq + offset, event["type"], _json(event["payload"]), None, 1),
-            )
+            ).lastrowid
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, content, tokens, created_at)"
+            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                ("s", seq + 1, "user", events[0]["payload"]["content"], 50, 1),
-                ("s", seq + 4, "assistant", events[3]["payload"]["content"], 50, 1),
-            ],
+            [("s", seq + 1, "user", 50, None, 1), ("s", seq + 4, "assistant", 50, None, 1)],
         )
         self.conn.executemany(
-            "INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [("s", call, "query_order_count", '{"c":"A-1"}', seq + 2)],
+            "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [("s", call, "query_order_count", seq + 2, "ok", seq + 3)],
         )
         self.conn.executemany(
-            "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
-            " WHERE session_id = ? AND call_id = ?",
-            [("42", "ok", seq + 3, "s", call)],
+            "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
+            " updated_at = ?, turn_open = coalesce(?, turn_open),"
+            " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
+            " WHERE session_id = ?",
+            [(seq + 4, event_id, 4, 1, False, 0, 0, "s")],
         )
         execute("COMMIT")
         self.seq += 4

@@ -1457,11 +1457,13 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     theirs = journal.for_tenant("b")
     theirs.create_session("b")
     before = (journal.get_session(sid), journal.messages(sid), journal.tool_calls(sid))
-    raw.execute("UPDATE messages SET content = 'tampered' WHERE session_id = ? AND seq = 2", (sid,))
+    raw.execute("UPDATE messages SET tokens = 1 WHERE session_id = ? AND seq = 2", (sid,))
     raw.execute("DELETE FROM tool_calls WHERE session_id = ? AND call_id = 'call_1'", (sid,))
-    bogus = {"session_id": sid, "seq": 99, "role": "user", "content": "bogus", "tokens": 7}
+    # A row for a message the journal never had (SQLite's rows name their event, the text is
+    # read from it; PostgreSQL's hold the text, and name their tenant for RLS).
+    bogus: dict[str, object] = {"session_id": sid, "seq": 99, "role": "user", "tokens": 7}
     if raw.backend == "postgres":
-        bogus["tenant"] = "default"  # PostgreSQL's projection rows name their tenant (RLS)
+        bogus |= {"tenant": "default", "content": "bogus"}
     raw.execute(
         f"INSERT INTO messages ({', '.join(bogus)}, created_at)"
         f" VALUES ({', '.join('?' for _ in bogus)}, 0)",
@@ -1469,7 +1471,7 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     )
     raw.execute("UPDATE sessions SET last_seq = 3, title = 'renamed' WHERE session_id = ?", (sid,))
     expected = {
-        ("messages", f"{sid}/2", "content"),
+        ("messages", f"{sid}/2", "tokens"),
         ("tool_calls", f"{sid}/call_1", "*"),
         ("messages", f"{sid}/99", "*"),
         ("sessions", sid, "last_seq"),
@@ -1480,7 +1482,8 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     found = [(d.table, d.key, d.field) for d in report.differences]
     assert sorted(found) == sorted(expected)
     values = {(d.table, d.key, d.field): (d.stored, d.expected) for d in report.differences}
-    assert values[("messages", f"{sid}/2", "content")] == ("tampered", "你好")
+    tokens = next(m.tokens for m in before[1] if m.seq == 2)
+    assert values[("messages", f"{sid}/2", "tokens")] == (1, tokens)
     assert values[("sessions", sid, "last_seq")] == (3, 7)
     assert values[("sessions", sid, "title")] == ("renamed", "订单客服")
     assert (report.journal_errors, report.integrity) == ([], [])

@@ -10,6 +10,7 @@ import pytest
 
 from agentjournal import Journal, StorageError
 from agentjournal.backends import sqlite as sqlite_backend
+from agentjournal.projection import Message, ToolCall, message_tokens
 
 
 def user_version(path: Path) -> int:
@@ -79,3 +80,60 @@ def test_statements_split_keeps_trigger_bodies_whole() -> None:
     assert triggers
     assert all(s.rstrip().endswith("END;") for s in triggers)
     assert all(sqlite3.complete_statement(s) for s in statements)
+
+
+# A version 3 file as version 3 wrote it: the counters by trigger, the texts copied.
+_V3_ROWS = """
+INSERT INTO sessions (session_id, tenant, title, created_at, updated_at)
+ VALUES ('s', 'default', 'v3', 1, 1);
+INSERT INTO events (tenant, session_id, seq, type, payload, created_at) VALUES
+ ('default', 's', 1, 'session_created', '{"title":"v3"}', 1),
+ ('default', 's', 2, 'user_message', '{"content":"你好,\\n订单?"}', 2),
+ ('default', 's', 3, 'tool_call', '{"arguments":"{}","call_id":"a","name":"f"}', 3),
+ ('default', 's', 4, 'tool_result', '{"call_id":"a","content":"42"}', 3),
+ ('default', 's', 5, 'tool_call', '{"arguments":"[1]","call_id":"b","name":"g"}', 3),
+ ('default', 's', 6, 'user_message', '{"content":"你好!","supersedes":2}', 4);
+INSERT INTO messages (session_id, seq, role, content, tokens, edited_seq, created_at) VALUES
+ ('s', 2, 'user', '你好!', {tokens}, 6, 2);
+INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq, status, result, result_seq)
+ VALUES ('s', 'a', 'f', '{}', 3, 'ok', '42', 4), ('s', 'b', 'g', '[1]', 5, 'pending', NULL, NULL);
+"""
+
+
+def test_version_4_keeps_every_projection_row_of_a_version_3_file(db_path: Path) -> None:
+    """Version 4 drops the texts `messages` and `tool_calls` copied from the events, and the
+    per-event counters trigger: what the verbs return must not change."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    for script in sqlite_backend._migrations()[:3]:
+        for statement in sqlite_backend._statements(script):
+            conn.execute(statement)
+    tokens = message_tokens("user", "你好!")
+    for statement in sqlite_backend._statements(_V3_ROWS.replace("{tokens}", str(tokens))):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    with Journal.open(db_path) as journal:
+        assert journal.verify().ok
+        assert journal.messages("s") == [Message("s", 2, "user", "你好!", tokens, 6, 2)]
+        assert journal.tool_calls("s") == [
+            ToolCall("s", "a", "f", "{}", 3, "ok", "42", 4),
+            ToolCall("s", "b", "g", "[1]", 5),
+        ]
+        session = journal.get_session("s")
+        assert (session.last_seq, session.event_count, session.turn_open) == (6, 6, True)
+        journal.append("s", "tool_result", {"call_id": "b", "content": "x", "is_error": True})
+        journal.append("s", "assistant_message", {"content": "好", "usage": {"prompt_tokens": 3}})
+        assert journal.verify().ok
+        session = journal.get_session("s")
+        assert (session.event_count, session.prompt_tokens, session.turn_open) == (8, 3, False)
+        assert [(c.call_id, c.status, c.result) for c in journal.tool_calls("s")] == [
+            ("a", "ok", "42"),
+            ("b", "error", "x"),
+        ]
+    with sqlite3.connect(db_path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+        triggers = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+        }
+    assert "content" not in columns
+    assert "events_advance_session" not in triggers

@@ -32,6 +32,7 @@ __all__ = [
     "UsageAdded",
     "effects",
     "fold",
+    "turn_opens",
 ]
 
 
@@ -70,6 +71,13 @@ TURN_EVENTS: dict[str, bool] = {
     "tool_result": True,
     "assistant_message": False,
 }
+
+
+def turn_opens(event: Event) -> bool | None:
+    """True if `event` leaves its session's turn open, False if it closes it, None if neither."""
+    if event.type in TURN_EVENTS and "supersedes" not in event.payload:
+        return TURN_EVENTS[event.type]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,9 +329,8 @@ class Projection:
             self.tasks.clear()
         for effect in effects(event):
             self._apply_effect(event, effect)
-        turn_open = self.session.turn_open
-        if event.type in TURN_EVENTS and "supersedes" not in event.payload:
-            turn_open = TURN_EVENTS[event.type]
+        opens = turn_opens(event)
+        turn_open = self.session.turn_open if opens is None else opens
         self.session = replace(
             self.session,
             last_seq=event.seq,

@@ -50,9 +50,10 @@ _INSERT_MESSAGES: Final = (
     " %s::bigint[], %s::bigint[])"
 )
 _INSERT_TOOL_CALLS: Final = (
-    "INSERT INTO tool_calls (session_id, tenant, call_id, name, arguments, call_seq)"
+    "INSERT INTO tool_calls"
+    " (session_id, tenant, call_id, name, arguments, call_seq, status, result, result_seq)"
     " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-    " %s::bigint[])"
+    " %s::bigint[], %s::text[], %s::text[], %s::bigint[])"
 )
 _INSERT_TASK: Final = (
     f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASK_COLUMN_NAMES))})"

@@ -24,6 +24,7 @@ from agentjournal.projection import (
     ToolCallOpened,
     UsageAdded,
     effects,
+    turn_opens,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "TASK_COLUMN_NAMES",
     "TASK_JSON_FIELDS",
     "ProjectionRows",
+    "SessionAdvance",
     "projection_rows",
     "task_from_row",
     "task_values",
@@ -97,16 +99,32 @@ def task_values(task: Task) -> tuple[Any, ...]:
     )
 
 
+@dataclass(slots=True)
+class SessionAdvance:
+    """Where a run of events leaves its session's counters (a backend without a trigger for
+    them sets these once per session, not once per event)."""
+
+    last_seq: int
+    last_event_id: int
+    added: int
+    updated_at: int
+    turn_open: bool | None  # None: no event of the run opened or closed a turn
+
+
 @dataclass
 class ProjectionRows:
     """The projection changes of a run of events, in the order a backend must apply them:
     session and task changes in event order (a task may be created and changed in one group),
-    then inserts before updates (a result or correction may follow its original in one group)."""
+    then inserts before updates (a result or correction may follow its original in one group).
+    A call whose result is in the same run is inserted closed: its row is written once, and
+    never enters the index of open calls."""
 
     # (session_id, seq, role, content, tokens, created_at)
     messages_added: list[tuple[str, int, str, str, int, int]] = field(default_factory=list)
-    # (session_id, call_id, name, arguments, call_seq)
-    calls_opened: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    # (session_id, call_id, name, arguments, call_seq, status, result, result_seq)
+    calls_opened: list[tuple[str, str, str, str, int, str, str | None, int | None]] = field(
+        default_factory=list
+    )
     # (content, tokens, edited_seq, session_id, seq)
     messages_corrected: list[tuple[str, int, int, str, int]] = field(default_factory=list)
     # (result, status, result_seq, session_id, call_id)
@@ -117,14 +135,18 @@ class ProjectionRows:
     usage: dict[str, list[int]] = field(default_factory=dict)
     # a new task, or (task_id, {column: value}) with JSON fields encoded
     task_changes: list[Task | tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # session_id -> its counters after the run
+    advanced: dict[str, SessionAdvance] = field(default_factory=dict)
 
 
 def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) -> ProjectionRows:
     """The rows `events` change. `tenants` maps their sessions to tenants; None for a fork's
     copies, whose task events create no tasks (the tasks stay the parent's)."""
     rows = ProjectionRows()
+    opened: dict[tuple[str, str], int] = {}  # calls opened in this run -> index in calls_opened
     for event in events:
         sid = event.session_id
+        _advance(rows.advanced, event)
         for effect in effects(event):
             match effect:
                 case MessageAdded(seq, role, content, tokens, created_at):
@@ -132,9 +154,20 @@ def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) 
                 case MessageCorrected(seq, content, tokens, edited_seq):
                     rows.messages_corrected.append((content, tokens, edited_seq, sid, seq))
                 case ToolCallOpened(call_id, name, arguments, call_seq):
-                    rows.calls_opened.append((sid, call_id, name, arguments, call_seq))
+                    opened[(sid, call_id)] = len(rows.calls_opened)
+                    rows.calls_opened.append(
+                        (sid, call_id, name, arguments, call_seq, "pending", None, None)
+                    )
                 case ToolCallClosed(call_id, result, status, result_seq):
-                    rows.calls_closed.append((result, status, result_seq, sid, call_id))
+                    index = opened.get((sid, call_id))
+                    if index is None:
+                        rows.calls_closed.append((result, status, result_seq, sid, call_id))
+                    else:
+                        sid, call_id, name, arguments, call_seq = rows.calls_opened[index][:5]
+                        rows.calls_opened[index] = (
+                            *(sid, call_id, name, arguments, call_seq),
+                            *(status, result, result_seq),
+                        )
                 case SessionChanged(changed):
                     assert changed.keys() <= SESSION_FIELDS, changed.keys()
                     rows.session_changes.append((sid, encode_session_fields(changed)))
@@ -152,6 +185,22 @@ def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) 
                     }
                     rows.task_changes.append((task_id, encoded))
     return rows
+
+
+def _advance(advanced: dict[str, SessionAdvance], event: Event) -> None:
+    opens = turn_opens(event)
+    found = advanced.get(event.session_id)
+    if found is None:
+        advanced[event.session_id] = SessionAdvance(
+            event.seq, event.event_id, 1, event.created_at, opens
+        )
+        return
+    found.last_seq = event.seq
+    found.last_event_id = event.event_id
+    found.added += 1
+    found.updated_at = event.created_at
+    if opens is not None:
+        found.turn_open = opens
 
 
 def encode_session_fields(changed: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
-    MESSAGE_COLUMNS,
+    MESSAGE_SELECT,
     SESSION_COLUMNS,
     TASK_COLUMNS,
-    TOOL_CALL_COLUMNS,
+    TOOL_CALL_SELECT,
     event_from_row,
     position_number,
     session_from_row,
@@ -321,8 +321,8 @@ class SQLiteStorage:
 
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]:
         rows = self._read(
-            f"SELECT {', '.join('m.' + c for c in MESSAGE_COLUMNS.split(', '))} FROM messages m"
-            " JOIN sessions s USING (session_id) WHERE m.session_id = ? AND s.tenant = ?"
+            f"{MESSAGE_SELECT} WHERE m.session_id = ?"
+            " AND (SELECT tenant FROM sessions WHERE session_id = m.session_id) = ?"
             " ORDER BY m.seq DESC LIMIT ?",
             (session_id, tenant, -1 if last is None else last),
         )
@@ -336,7 +336,8 @@ class SQLiteStorage:
         call_ids: Collection[str] | None = None,
         open_only: bool = False,
     ) -> list[ToolCall]:
-        where, params = "t.session_id = ? AND s.tenant = ?", [session_id, tenant]
+        where = "t.session_id = ? AND (SELECT tenant FROM sessions WHERE session_id = ?) = ?"
+        params = [session_id, session_id, tenant]
         if call_ids is not None:
             where += " AND t.call_id IN (SELECT value FROM json_each(?))"
             params.append(json.dumps(list(call_ids), ensure_ascii=False))
@@ -345,8 +346,7 @@ class SQLiteStorage:
         # Named calls are sorted here, not by ORDER BY: given one, SQLite walked the session's
         # whole call_seq index to save a sort, instead of looking each call up by its key.
         rows = self._read(
-            f"SELECT {', '.join('t.' + c for c in TOOL_CALL_COLUMNS.split(', '))}"
-            f" FROM tool_calls t JOIN sessions s USING (session_id) WHERE {where}"
+            f"{TOOL_CALL_SELECT} WHERE {where}"
             + ("" if call_ids is not None else " ORDER BY t.call_seq"),
             params,
         )

@@ -16,9 +16,19 @@ SESSION_COLUMNS: Final = (
     "forked_at_seq, last_seq, last_event_id, event_count, prompt_tokens, completion_tokens, "
     "created_at, updated_at, turn_open"
 )
-MESSAGE_COLUMNS: Final = "session_id, seq, role, content, tokens, edited_seq, created_at"
-TOOL_CALL_COLUMNS: Final = (
-    "session_id, call_id, name, arguments, call_seq, status, result, result_seq"
+# A `messages` row `m` or a `tool_calls` row `t` as a Message or a ToolCall: the text comes from
+# the events the row names (`e` the message's shown version, `c` the call, `r` its result).
+# LEFT JOINs: a row naming no event still reads (its text None), so verify() reports it.
+MESSAGE_SELECT: Final = (
+    "SELECT m.session_id, m.seq, m.role, json_extract(e.payload, '$.content'), m.tokens,"
+    " m.edited_seq, m.created_at FROM messages AS m"
+    " LEFT JOIN events AS e ON e.session_id = m.session_id AND e.seq = coalesce(m.edited_seq, m.seq)"
+)
+TOOL_CALL_SELECT: Final = (
+    "SELECT t.session_id, t.call_id, t.name, json_extract(c.payload, '$.arguments'), t.call_seq,"
+    " t.status, json_extract(r.payload, '$.content'), t.result_seq FROM tool_calls AS t"
+    " LEFT JOIN events AS c ON c.session_id = t.session_id AND c.seq = t.call_seq"
+    " LEFT JOIN events AS r ON r.session_id = t.session_id AND r.seq = t.result_seq"
 )
 
 TASK_COLUMNS: Final = ", ".join(TASK_COLUMN_NAMES)

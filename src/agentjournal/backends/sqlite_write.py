@@ -19,9 +19,7 @@ from agentjournal.backends.projection_rows import (
 )
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
-    MESSAGE_COLUMNS,
     TASK_COLUMNS,
-    TOOL_CALL_COLUMNS,
     event_from_row,
     position_number,
 )
@@ -40,12 +38,21 @@ _INSERT_EVENT: Final = (
     "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+# The text of a message or a call is read from its event (see sqlite_migrations/0004).
 _INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (session_id, seq, role, content, tokens, created_at)"
+    "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TOOL_CALL: Final = (
-    "INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+# The counters the journal keeps per session, once per append: see 0004 for why not a trigger.
+_ADVANCE_SESSION: Final = (
+    "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
+    " updated_at = ?, turn_open = coalesce(?, turn_open),"
+    " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
+    " WHERE session_id = ?"
 )
 _INSERT_TASK: Final = (
     f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(TASK_COLUMN_NAMES))})"
@@ -101,6 +108,14 @@ class SQLiteTx:
     # -- look-ups for the rules: one statement for a whole group ------------------------------
 
     def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
+        if len(session_ids) == 1:
+            # The common case, a lone writer: json_each costs more than the look-up itself.
+            (only,) = session_ids
+            row = self._one(
+                "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = ?",
+                (only,),
+            )
+            return {only: SessionState(*row)} if row else {}
         rows = self.conn.execute(
             "SELECT s.session_id, s.tenant, s.status, s.last_seq"
             " FROM json_each(?) AS j CROSS JOIN sessions AS s ON s.session_id = j.value",
@@ -128,6 +143,13 @@ class SQLiteTx:
         return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
 
     def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        if len(pairs) == 1:
+            ((session_id, call_id),) = pairs
+            row = self._one(
+                "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?",
+                (session_id, call_id),
+            )
+            return {(session_id, call_id): row[0]} if row else {}
         rows = self.conn.execute(
             "SELECT t.session_id, t.call_id, t.status FROM json_each(?) AS j"
             " CROSS JOIN tool_calls AS t ON t.session_id = json_extract(j.value, '$[0]')"
@@ -256,8 +278,8 @@ class SQLiteTx:
         return len(rows)
 
     def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
-        """Apply the projections of `events` (see `projection_rows`); the sessions' counters
-        follow by trigger."""
+        """Apply the projections of `events` (see `projection_rows`) and move the counters of
+        their sessions, once per session."""
         rows = projection_rows(events, tenants)
         for sid, fields in rows.session_changes:
             self._update_session(sid, fields)
@@ -266,28 +288,43 @@ class SQLiteTx:
                 self.conn.execute(_INSERT_TASK, task_values(change))
             else:
                 self._update_task(*change)
-        if rows.messages_added:
-            self.conn.executemany(_INSERT_MESSAGE, rows.messages_added)
+        if added := rows.messages_added:
+            self.conn.executemany(
+                _INSERT_MESSAGE,
+                [(sid, seq, role, tokens, None, at) for sid, seq, role, _, tokens, at in added],
+            )
         if rows.calls_opened:
-            self.conn.executemany(_INSERT_TOOL_CALL, rows.calls_opened)
+            self.conn.executemany(
+                _INSERT_TOOL_CALL,
+                [(r[0], r[1], r[2], r[4], r[5], r[7]) for r in rows.calls_opened],
+            )
         if rows.messages_corrected:
             self.conn.executemany(
-                "UPDATE messages SET content = ?, tokens = ?, edited_seq = ?"
-                " WHERE session_id = ? AND seq = ?",
-                rows.messages_corrected,
+                "UPDATE messages SET tokens = ?, edited_seq = ? WHERE session_id = ? AND seq = ?",
+                [row[1:] for row in rows.messages_corrected],
             )
         if rows.calls_closed:
             self.conn.executemany(
-                "UPDATE tool_calls SET result = ?, status = ?, result_seq = ?"
+                "UPDATE tool_calls SET status = ?, result_seq = ?"
                 " WHERE session_id = ? AND call_id = ?",
-                rows.calls_closed,
+                [row[1:] for row in rows.calls_closed],
             )
-        if rows.usage:
-            self.conn.executemany(
-                "UPDATE sessions SET prompt_tokens = prompt_tokens + ?,"
-                " completion_tokens = completion_tokens + ? WHERE session_id = ?",
-                [(p, c, sid) for sid, (p, c) in rows.usage.items()],
-            )
+        no_usage = [0, 0]
+        self.conn.executemany(
+            _ADVANCE_SESSION,
+            [
+                (
+                    a.last_seq,
+                    a.last_event_id,
+                    a.added,
+                    a.updated_at,
+                    a.turn_open,
+                    *rows.usage.get(sid, no_usage),
+                    sid,
+                )
+                for sid, a in rows.advanced.items()
+            ],
+        )
 
     def _update_session(self, session_id: str, fields: Mapping[str, Any]) -> None:
         """`fields` encoded already (projection_rows.encode_session_fields)."""
@@ -313,16 +350,16 @@ class SQLiteTx:
             _INSERT_TASK, [task_values(task) for task in projection.tasks.values()]
         )
         self.conn.executemany(
-            f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            _INSERT_MESSAGE,
             [
-                (sid, m.seq, m.role, m.content, m.tokens, m.edited_seq, m.created_at)
+                (sid, m.seq, m.role, m.tokens, m.edited_seq, m.created_at)
                 for m in projection.messages.values()
             ],
         )
         self.conn.executemany(
-            f"INSERT INTO tool_calls ({TOOL_CALL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            _INSERT_TOOL_CALL,
             [
-                (sid, t.call_id, t.name, t.arguments, t.call_seq, t.status, t.result, t.result_seq)
+                (sid, t.call_id, t.name, t.call_seq, t.status, t.result_seq)
                 for t in projection.tool_calls.values()
             ],
         )
