@@ -6,7 +6,7 @@
 Each scenario runs in a fresh process, at `durability="full"` and at `"normal"`, and interleaves
 agentjournal with a raw baseline doing the same work in the same process, so both see the same
 noise. The raw baseline is short and plain on purpose: the same PRAGMAs and tables (a copy of
-schema v1 below), one `BEGIN IMMEDIATE` per append holding the event inserts, their projection
+schema v4 below), one `BEGIN IMMEDIATE` per append holding the event inserts, their projection
 rows and the session row's update, statements reused from the connection's cache; its reads are
 plain SELECTs on agentjournal's own file. Peak RSS is the
 `ru_maxrss` of the scenario's process (both sides). Content is generated from a fixed seed.
@@ -87,14 +87,13 @@ CREATE INDEX events_by_tenant ON events (tenant, event_id);
 CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'context_compacted';
 CREATE TABLE messages (
     session_id TEXT NOT NULL REFERENCES sessions (session_id), seq INTEGER NOT NULL,
-    role TEXT NOT NULL, content TEXT NOT NULL, tokens INTEGER NOT NULL, edited_seq INTEGER,
-    created_at INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
+    role TEXT NOT NULL, tokens INTEGER NOT NULL, edited_seq INTEGER,
+    created_at INTEGER NOT NULL, content_id INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE tool_calls (
     session_id TEXT NOT NULL REFERENCES sessions (session_id), call_id TEXT NOT NULL,
-    name TEXT NOT NULL, arguments TEXT NOT NULL, call_seq INTEGER NOT NULL,
+    name TEXT NOT NULL, call_seq INTEGER NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'ok', 'error')),
-    result TEXT,
     result_seq INTEGER, PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
 CREATE INDEX tool_calls_by_seq ON tool_calls (session_id, call_seq);
@@ -258,30 +257,24 @@ class RawJournal:
                 if type_ in ROLES:
                     content = payload["content"]
                     execute(
-                        "INSERT INTO messages (session_id, seq, role, content, tokens, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (session_id, seq, ROLES[type_], content, len(content) // 3 + 4, now),
+                        "INSERT INTO messages (session_id, seq, role, tokens, created_at,"
+                        " content_id) VALUES (?, ?, ?, ?, ?, ?)",
+                        (session_id, seq, ROLES[type_], len(content) // 3 + 4, now, event_id),
                     )
                     usage = payload.get("usage") or {}
                     prompt += usage.get("prompt_tokens", 0)
                     completion += usage.get("completion_tokens", 0)
                 elif type_ == "tool_call":
                     execute(
-                        "INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq,"
-                        " status) VALUES (?, ?, ?, ?, ?, 'pending')",
-                        (
-                            session_id,
-                            payload["call_id"],
-                            payload["name"],
-                            payload["arguments"],
-                            seq,
-                        ),
+                        "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status)"
+                        " VALUES (?, ?, ?, ?, 'pending')",
+                        (session_id, payload["call_id"], payload["name"], seq),
                     )
                 elif type_ == "tool_result":
                     execute(
-                        "UPDATE tool_calls SET result = ?, status = 'ok', result_seq = ?"
+                        "UPDATE tool_calls SET status = 'ok', result_seq = ?"
                         " WHERE session_id = ? AND call_id = ?",
-                        (payload["content"], seq, session_id, payload["call_id"]),
+                        (seq, session_id, payload["call_id"]),
                     )
             execute(
                 "UPDATE sessions SET last_seq = ?, last_event_id = ?,"
@@ -308,8 +301,10 @@ class RawReader:
 
     def messages(self, session_id: str, last: int) -> list[tuple[Any, ...]]:
         rows = self.conn.execute(
-            "SELECT session_id, seq, role, content, tokens, edited_seq, created_at FROM messages"
-            " WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+            "SELECT m.session_id, m.seq, m.role, json_extract(e.payload, '$.content'), m.tokens,"
+            " m.edited_seq, m.created_at FROM messages AS m"
+            " JOIN events AS e ON e.event_id = m.content_id"
+            " WHERE m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
             (session_id, last),
         ).fetchall()
         rows.reverse()

@@ -75,17 +75,22 @@ class SameSQL:
         execute(
             "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?", ("s", call)
         ).fetchall()
-        event_id = 0
+        ids = []
         for offset, event in enumerate(events, start=1):
-            event_id = execute(
-                "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                ("default", "s", seq + offset, event["type"], _json(event["payload"]), None, 1),
-            ).lastrowid
+            ids.append(
+                execute(
+                    "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    ("default", "s", seq + offset, event["type"], _json(event["payload"]), None, 1),
+                ).lastrowid
+            )
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [("s", seq + 1, "user", 50, None, 1), ("s", seq + 4, "assistant", 50, None, 1)],
+            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at,"
+            " content_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                ("s", seq + 1, "user", 50, None, 1, ids[0]),
+                ("s", seq + 4, "assistant", 50, None, 1, ids[3]),
+            ],
         )
         self.conn.executemany(
             "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)"
@@ -97,7 +102,7 @@ class SameSQL:
             " updated_at = ?, turn_open = coalesce(?, turn_open),"
             " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
             " WHERE session_id = ?",
-            [(seq + 4, event_id, 4, 1, False, 0, 0, "s")],
+            [(seq + 4, ids[3], 4, 1, False, 0, 0, "s")],
         )
         execute("COMMIT")
         self.seq += 4

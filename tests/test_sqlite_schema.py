@@ -137,3 +137,29 @@ def test_version_4_keeps_every_projection_row_of_a_version_3_file(db_path: Path)
         }
     assert "content" not in columns
     assert "events_advance_session" not in triggers
+
+
+def test_a_message_row_naming_the_wrong_event_is_found_by_verify_and_rebuilt(
+    db_path: Path,
+) -> None:
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("refs").session_id
+        first = journal.append(sid, "user_message", {"content": "first"})
+        journal.append(sid, "assistant_message", {"content": "second"})
+        journal.append(
+            sid, "user_message", {"content": "first, corrected", "supersedes": first.seq}
+        )
+        before = journal.messages(sid)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "UPDATE messages SET content_id = (SELECT min(event_id) FROM events) WHERE seq = ?",
+            (first.seq,),
+        )
+    with Journal.open(db_path) as journal:
+        report = journal.verify()
+        assert [(d.table, d.key, d.field) for d in report.differences] == [
+            ("messages", f"{sid}/{first.seq}", "content")
+        ]
+        assert journal.verify(rebuild=True).rebuilt == [sid]
+        assert journal.messages(sid) == before
+        assert [m.content for m in before] == ["first, corrected", "second"]

@@ -29,8 +29,10 @@ from agentjournal.backends.sqlite_rows import (
     TASK_COLUMNS,
     TOOL_CALL_SELECT,
     event_from_row,
+    message_from_row,
     position_number,
     session_from_row,
+    tool_call_from_row,
 )
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
 from agentjournal.backends.sqlite_write import Control
@@ -321,12 +323,12 @@ class SQLiteStorage:
 
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]:
         rows = self._read(
-            f"{MESSAGE_SELECT} WHERE m.session_id = ?"
-            " AND (SELECT tenant FROM sessions WHERE session_id = m.session_id) = ?"
-            " ORDER BY m.seq DESC LIMIT ?",
+            f"{MESSAGE_SELECT} WHERE m.session_id = ?1"
+            " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1 AND tenant = ?2)"
+            " ORDER BY m.seq DESC LIMIT ?3",
             (session_id, tenant, -1 if last is None else last),
         )
-        return [Message(*row) for row in reversed(rows)]
+        return [message_from_row(row) for row in reversed(rows)]
 
     def tool_calls(
         self,
@@ -336,10 +338,11 @@ class SQLiteStorage:
         call_ids: Collection[str] | None = None,
         open_only: bool = False,
     ) -> list[ToolCall]:
-        where = "t.session_id = ? AND (SELECT tenant FROM sessions WHERE session_id = ?) = ?"
-        params = [session_id, session_id, tenant]
+        where = "t.session_id = ?1 AND EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1"
+        where += " AND tenant = ?2)"
+        params = [session_id, tenant]
         if call_ids is not None:
-            where += " AND t.call_id IN (SELECT value FROM json_each(?))"
+            where += " AND t.call_id IN (SELECT value FROM json_each(?3))"
             params.append(json.dumps(list(call_ids), ensure_ascii=False))
         if open_only:
             where += " AND t.status = 'pending'"
@@ -350,7 +353,7 @@ class SQLiteStorage:
             + ("" if call_ids is not None else " ORDER BY t.call_seq"),
             params,
         )
-        calls = [ToolCall(*row) for row in rows]
+        calls = [tool_call_from_row(row) for row in rows]
         return sorted(calls, key=lambda c: c.call_seq) if call_ids is not None else calls
 
     def task(self, tenant: str, task_id: str) -> Task | None:

@@ -40,8 +40,8 @@ _INSERT_EVENT: Final = (
 )
 # The text of a message or a call is read from its event (see sqlite_migrations/0004).
 _INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at, content_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TOOL_CALL: Final = (
     "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)"
@@ -288,10 +288,15 @@ class SQLiteTx:
                 self.conn.execute(_INSERT_TASK, task_values(change))
             else:
                 self._update_task(*change)
+        # A message row names the event holding its text (see sqlite_migrations/0004).
+        ids = {(e.session_id, e.seq): e.event_id for e in events}
         if added := rows.messages_added:
             self.conn.executemany(
                 _INSERT_MESSAGE,
-                [(sid, seq, role, tokens, None, at) for sid, seq, role, _, tokens, at in added],
+                [
+                    (sid, seq, role, tokens, None, at, ids[(sid, seq)])
+                    for sid, seq, role, _, tokens, at in added
+                ],
             )
         if rows.calls_opened:
             self.conn.executemany(
@@ -300,8 +305,12 @@ class SQLiteTx:
             )
         if rows.messages_corrected:
             self.conn.executemany(
-                "UPDATE messages SET tokens = ?, edited_seq = ? WHERE session_id = ? AND seq = ?",
-                [row[1:] for row in rows.messages_corrected],
+                "UPDATE messages SET tokens = ?, edited_seq = ?, content_id = ?"
+                " WHERE session_id = ? AND seq = ?",
+                [
+                    (tokens, edited, ids[(sid, edited)], sid, seq)
+                    for _, tokens, edited, sid, seq in rows.messages_corrected
+                ],
             )
         if rows.calls_closed:
             self.conn.executemany(
@@ -350,7 +359,9 @@ class SQLiteTx:
             _INSERT_TASK, [task_values(task) for task in projection.tasks.values()]
         )
         self.conn.executemany(
-            _INSERT_MESSAGE,
+            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at,"
+            " content_id) SELECT ?1, ?2, ?3, ?4, ?5, ?6, event_id FROM events"
+            " WHERE session_id = ?1 AND seq = coalesce(?5, ?2)",
             [
                 (sid, m.seq, m.role, m.tokens, m.edited_seq, m.created_at)
                 for m in projection.messages.values()

@@ -4,21 +4,25 @@
 -- A message's text and a tool call's arguments and result are in their events already. Copying
 -- them into `messages` and `tool_calls` wrote every text twice: a third of the bytes of a turn,
 -- and the pages of two b-trees whose ~600-byte rows split a page every few turns. The rows now
--- hold what only the fold knows (role, tokens, the newest correction, status) and the seqs of the
--- events that hold the text; reads join the events by (session_id, seq).
+-- hold what only the fold knows (role, tokens, the newest correction, status) and where the text
+-- is: a message names the event_id of the version it shows (the transcript is read most, and a
+-- rowid is the cheapest look-up), a call the seqs of its two events.
 
 CREATE TABLE messages_v4 (
     session_id TEXT NOT NULL REFERENCES sessions (session_id),
     seq        INTEGER NOT NULL,
     role       TEXT NOT NULL,
     tokens     INTEGER NOT NULL,
-    -- The newest correction's seq: its event holds the text shown (else the original's does).
     edited_seq INTEGER,
     created_at INTEGER NOT NULL,
+    -- The event holding the text shown: the newest correction's, else the original's.
+    content_id INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
-INSERT INTO messages_v4 (session_id, seq, role, tokens, edited_seq, created_at)
-    SELECT session_id, seq, role, tokens, edited_seq, created_at FROM messages;
+INSERT INTO messages_v4 (session_id, seq, role, tokens, edited_seq, created_at, content_id)
+    SELECT m.session_id, m.seq, m.role, m.tokens, m.edited_seq, m.created_at, e.event_id
+      FROM messages AS m
+      JOIN events AS e ON e.session_id = m.session_id AND e.seq = coalesce(m.edited_seq, m.seq);
 DROP TABLE messages;
 ALTER TABLE messages_v4 RENAME TO messages;
 
