@@ -140,9 +140,19 @@ class PreparedEvent:
     idempotency_key: str | None
 
 
+# Made once: json.dumps with arguments builds a new encoder on every call (an eighth of the time
+# to prepare an event). Encoders keep no state between calls, so threads can share them.
+_CANONICAL: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+_PLAIN: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
+# Our own text has no surrounding whitespace: the decoder's entry point, without json.loads'.
+_decode = json.JSONDecoder().raw_decode
+
+
 def canonical_json(payload: Mapping[str, Any]) -> str:
     """Compact JSON with sorted keys: equal payloads give equal text (idempotency compares it)."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return _CANONICAL.encode(payload)
 
 
 def _reject_constant(name: str) -> Any:
@@ -483,7 +493,7 @@ def prepare(
         payload_json = canonical_json(payload)
         # Decoding the canonical text gives a private copy, with tuples as lists, as readers
         # see it.
-        plain = payload_json, len(payload_json.encode("utf-8")), json.loads(payload_json)
+        plain = payload_json, len(payload_json.encode("utf-8")), _decode(payload_json)[0]
     payload_json, size, copy = plain
     if size > max_payload_bytes:
         raise PayloadTooLarge(size, max_payload_bytes)
@@ -496,16 +506,14 @@ def _plain_json(payload: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]] |
     of an append's Python time). None if it may not be; then `_check_json_value` walks it and
     says what is wrong, or accepts it (a tuple, say)."""
     try:
-        text = json.dumps(
-            payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
-        )
+        text = _PLAIN.encode(payload)
         size = len(text.encode("utf-8"))  # a lone surrogate fails here
     except (TypeError, ValueError, RecursionError):
         return None
     # U+0000 is always escaped in the text; fewer brackets than the depth limit bound the depth.
     if "\\u0000" in text or text.count("{") + text.count("[") > _MAX_DEPTH:
         return None
-    copy = json.loads(text)
+    copy = _decode(text)[0]
     # The encoder turns a number, bool or None key into a string and a tuple into a list; the
     # copy then differs from the payload.
     return (text, size, copy) if copy == payload else None
