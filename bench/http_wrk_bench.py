@@ -19,6 +19,8 @@ sessions, with `Authorization: Bearer <key>` and a JSON body.
 - 0.1.0: the same command from the code as of commit 5711f93 (`git archive` into a temporary
   directory, PYTHONPATH pointing there), with uvloop and httptools hidden from it as its
   dependencies never installed them: the service as it shipped.
+- with `--plain`, also this checkout's service with uvloop and httptools hidden the same way
+  (h11 + asyncio): what those two buy, apart from the code's changes.
 
 Rounds are interleaved (each round starts each server afresh, in a rotated order) and every
 round is reported: appends/s (wrk's requests/s; any non-2xx response is counted and shown), and
@@ -144,7 +146,7 @@ main()
 class Contestant:
     name: str
     src: Path  # PYTHONPATH of its code
-    kind: str  # "floor", "service", "shipped"
+    kind: str  # "floor", "service", "plain" (the service on h11 + asyncio), "shipped" (0.1.0)
 
 
 @dataclass
@@ -179,7 +181,7 @@ class Server:
             else:
                 launcher = (
                     ["-c", AS_SHIPPED]
-                    if self.contestant.kind == "shipped"
+                    if self.contestant.kind in ("shipped", "plain")
                     else ["-m", "agentjournal.cli"]
                 )
                 command = [
@@ -428,6 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20240601, help="content seed (default fixed)")
     parser.add_argument("--old", default=OLD_COMMIT, help=f"the old commit (default {OLD_COMMIT})")
     parser.add_argument("--no-old", action="store_true", help="skip the old service")
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="also this checkout's service with uvloop and httptools hidden (h11 + asyncio)",
+    )
     parser.add_argument("--dir", help="where the temporary databases go (default: the temp dir)")
     parser.add_argument("--serve-floor", nargs=2, metavar=("DB", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -456,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             Contestant("floor: bare Starlette route", SRC, "floor"),
             Contestant("agentjournal serve (this checkout)", SRC, "service"),
         ]
+        if args.plain:
+            contestants.append(Contestant("agentjournal serve (this checkout, h11)", SRC, "plain"))
         old = None if args.no_old else old_source(work, args.old)
         if old is None and not args.no_old:
             console.print(
