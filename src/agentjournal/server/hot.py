@@ -48,7 +48,7 @@ async def append_events(
         batch = [event.model_dump() for event in body.events]
     else:
         batch = [body.model_dump(exclude={"expected_seq"})]
-    events, created = await service.journal.for_tenant(tenant).append_many_ex(
+    events, created = await service.journal_for(tenant).append_many_ex(
         session_id, batch, expected_seq=body.expected_seq
     )
     if created:
