@@ -49,6 +49,7 @@ bench-langgraph: $(STAMP)  # JournalSaver beside LangGraph's SqliteSaver and Pos
 bench-peers: $(STAMP)  # one agent turn: agentjournal, raw sqlite3, SQLiteSession, eventsourcing
 	$(BIN)/python bench/peers_bench.py
 
+bench-wrk: $(STAMP) ; $(BIN)/python bench/http_wrk_bench.py  # appends under wrk: floor, service, 0.1.0
 bench-anatomy: $(STAMP)  # where one append's time goes: SQL, Python, pages per commit
 	$(BIN)/python bench/write_anatomy.py
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from bench_runs import run_quick
@@ -51,5 +52,26 @@ def test_quick_run_prints_every_benchmark_and_cleans_up(tmp_path: Path) -> None:
     # The delay target has a verdict; every row names the server's peak RSS.
     assert re.search(r"ack → stream delay, median .*│ +(yes|NO) +│ +\d+ MB", out), out
     # No server left running, no database or log left behind.
+    assert _servers_of(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wrk_quick_run_prints_the_table_or_how_to_install_wrk(tmp_path: Path) -> None:
+    """The wrk scenario: with wrk, a row per server, every response a 201; without it, how to
+    install it (and nothing measured)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    out = run_quick("http_wrk_bench.py", tmp_path, timeout=180, env=env)
+    if shutil.which("wrk") is None:
+        assert "apt-get install wrk" in out, out
+    else:
+        # The 0.1.0 service is measured from commit 5711f93, when the clone has it.
+        old = "is not in this clone" not in out
+        servers = ["floor: bare Starlette route", "agentjournal serve (this checkout)"]
+        servers += ["agentjournal serve @ 5711f93 (0.1.0)"] if old else []
+        for name in [*servers, "appends/s", "p99 ms", "vs floor"]:
+            assert name in out, f"{name!r} missing from:\n{out}"
+        # No request failed or was refused (a 4xx or 5xx would be counted here).
+        rows = re.findall(r"│ (floor|agentjournal serve)[^│]*│.*│ +(\d+) │", out)
+        assert [errors for _, errors in rows] == ["0"] * len(servers), out
     assert _servers_of(tmp_path) == []
     assert list(tmp_path.iterdir()) == []

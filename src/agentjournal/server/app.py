@@ -5,7 +5,6 @@ renders. Errors are problem+json (server/problems.py); bodies are guarded before
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -23,6 +22,7 @@ from agentjournal.runtime import Agent
 from agentjournal.server import task_routes, turn_routes
 from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.body import BodyGuard
+from agentjournal.server.hot import HotAppend, append_events
 from agentjournal.server.models import (
     AppendBatch,
     AppendOne,
@@ -144,23 +144,9 @@ async def append(
     request: Request, session_id: str, body: AppendOne | AppendBatch, tenant: Tenant
 ) -> JSONResponse:
     """Append one event, or a batch atomically (201; 200 for an idempotent repeat)."""
-    service = service_of(request)
-    started = time.perf_counter()
-    if isinstance(body, AppendBatch):
-        batch = [event.model_dump() for event in body.events]
-    else:
-        batch = [body.model_dump(exclude={"expected_seq"})]
-    events, created = await journal_for(request, tenant).append_many_ex(
-        session_id, batch, expected_seq=body.expected_seq
-    )
-    if created:
-        service.metrics.appended.inc(len(events))
-        service.metrics.append_seconds.observe(time.perf_counter() - started)
-    out = [EventOut.of(e) for e in events]
-    rendered: EventOut | EventList = (
-        EventList(events=out) if isinstance(body, AppendBatch) else out[0]
-    )
-    return created_response(rendered, created)
+    # Well-formed appends are answered by HotAppend before they reach here (server/hot.py);
+    # this route documents the API and answers the rest the same way.
+    return await append_events(service_of(request), tenant, session_id, body)
 
 
 @router.get("/sessions/{session_id}/events", tags=["events"])
@@ -381,6 +367,7 @@ def create_app(
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _document_problems(app)
+    app.add_middleware(HotAppend, service=service)  # inside BodyGuard: it uses the parsed body
     app.add_middleware(BodyGuard, max_bytes=service.limits.max_body_bytes)
     app.add_middleware(_CountErrors, metrics=service.metrics)
     return app

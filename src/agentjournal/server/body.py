@@ -3,18 +3,25 @@ strictly (no NaN, no duplicate keys) before any route sees them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentjournal.errors import InvalidEvent
 from agentjournal.events import loads_strict
 from agentjournal.server.problems import problem_response
 
-__all__ = ["BodyGuard"]
+__all__ = ["PARSED_BODY", "BodyGuard"]
+
+# The scope key under which the guard leaves the body it parsed (absent for an empty body), so
+# the hot route need not parse it a second time.
+PARSED_BODY = "agentjournal.parsed_body"
 
 
 class BodyGuard:
     """ASGI middleware: 413 past `max_bytes`, 415 if not JSON, 400 if not JSON at all, 422 if JSON
-    that the journal would refuse (NaN, Infinity, a key twice). Replays the body downstream."""
+    that the journal would refuse (NaN, Infinity, a key twice). Replays the body downstream, and
+    leaves what it parsed in `scope[PARSED_BODY]`."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -41,10 +48,12 @@ class BodyGuard:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         problem = _check(scope, body)
-        if problem is not None:
+        if isinstance(problem, tuple):
             status, title, detail = problem
             await problem_response(status, title, detail)(scope, receive, send)
             return
+        if isinstance(problem, _Parsed):
+            scope[PARSED_BODY] = problem.value
         delivered = False
 
         async def replay() -> Message:
@@ -57,7 +66,15 @@ class BodyGuard:
         await self.app(scope, replay, send)
 
 
-def _check(scope: Scope, body: bytes) -> tuple[int, str, str] | None:
+class _Parsed:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _check(scope: Scope, body: bytes) -> tuple[int, str, str] | _Parsed | None:
+    """A problem (status, title, detail), or the parsed body; None for an empty body."""
     if not body:
         return None
     headers = dict(scope.get("headers", []))
@@ -65,10 +82,9 @@ def _check(scope: Scope, body: bytes) -> tuple[int, str, str] | None:
     if media != b"application/json":
         return 415, "Unsupported media type", "send the body as Content-Type: application/json"
     try:
-        loads_strict(body)
+        return _Parsed(loads_strict(body))
     except InvalidEvent as exc:
         message = str(exc)
         if message.startswith("not valid JSON"):
             return 400, "Malformed JSON", message
         return 422, "Invalid request", message
-    return None

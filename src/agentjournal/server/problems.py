@@ -28,9 +28,11 @@ __all__ = [
     "PROBLEM_JSON",
     "Problem",
     "install_problem_handlers",
+    "journal_error_response",
     "journal_problem",
     "problem_body",
     "problem_response",
+    "raised_problem_response",
 ]
 
 PROBLEM_JSON = "application/problem+json"
@@ -84,18 +86,29 @@ def journal_problem(exc: JournalError) -> tuple[int, str]:
     return 500, "Internal error"
 
 
+def raised_problem_response(exc: Problem) -> JSONResponse:
+    """The answer to a raised `Problem` (its `headers` extra becomes response headers)."""
+    extra = dict(exc.extra)
+    headers = extra.pop("headers", None)
+    return problem_response(exc.status, exc.title, exc.detail, headers, **extra)
+
+
+def journal_error_response(exc: JournalError, method: str, path: str) -> JSONResponse:
+    """The answer to a journal error; 5xx ones are logged."""
+    status, title = journal_problem(exc)
+    if status >= 500:
+        log.error("storage error on %s %s: %s", method, path, exc)
+    return problem_response(status, title, str(exc))
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Problem)
-        headers = exc.extra.pop("headers", None)
-        return problem_response(exc.status, exc.title, exc.detail, headers, **exc.extra)
+        return raised_problem_response(exc)
 
     async def on_journal_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, JournalError)
-        status, title = journal_problem(exc)
-        if status >= 500:
-            log.error("storage error on %s %s: %s", request.method, request.url.path, exc)
-        return problem_response(status, title, str(exc))
+        return journal_error_response(exc, request.method, request.url.path)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -64,7 +64,7 @@ IdempotencyKey = Annotated[
 
 
 def journal_for(request: Request, tenant: str) -> AsyncJournal:
-    return service_of(request).journal.for_tenant(tenant)
+    return service_of(request).journal_for(tenant)
 
 
 def created_response(model: Any, created: bool) -> JSONResponse:

@@ -74,6 +74,15 @@ class Service:
     _known: dict[str, tuple[str, float]] = field(default_factory=dict)
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _streams: dict[str, int] = field(default_factory=dict)
+    _tenants: dict[str, AsyncJournal] = field(default_factory=dict)
+
+    def journal_for(self, tenant: str) -> AsyncJournal:
+        """The journal scoped to `tenant`, made once per tenant: a scoped journal holds no state
+        but its tenant, and making one checks the id again (on the event loop, per request)."""
+        scoped = self._tenants.get(tenant)
+        if scoped is None:
+            scoped = self._tenants[tenant] = self.journal.for_tenant(tenant)
+        return scoped
 
     def caller(self, authorization: str | None) -> tuple[str, str]:
         """(tenant, key id) of the request's bearer key; 401 without a valid one. In open mode,
