@@ -41,19 +41,19 @@ __all__ = ["Control", "PostgresTx"]
 
 _INSERT_EVENTS: Final = (
     "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
-    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
-    " %s::text[], %s::bigint[]) RETURNING event_id, tx::text, session_id, seq"
+    " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[],"
+    " %b::text[], %b::bigint[]) RETURNING event_id, tx::text, session_id, seq"
 )
 _INSERT_MESSAGES: Final = (
     "INSERT INTO messages (session_id, tenant, seq, role, content, tokens, created_at)"
-    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
-    " %s::bigint[], %s::bigint[])"
+    " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[],"
+    " %b::bigint[], %b::bigint[])"
 )
 _INSERT_TOOL_CALLS: Final = (
     "INSERT INTO tool_calls"
     " (session_id, tenant, call_id, name, arguments, call_seq, status, result, result_seq)"
-    " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-    " %s::bigint[], %s::text[], %s::text[], %s::bigint[])"
+    " SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::bigint[], %b::text[], %b::text[], %b::bigint[])"
 )
 _INSERT_TASK: Final = (
     f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASK_COLUMN_NAMES))})"
@@ -209,7 +209,7 @@ class PostgresTx:
         sessions, keys = _columns(pairs)
         rows = self._rows(
             f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
-            " FROM unnest(%s::text[], %s::text[]) AS k (session_id, idempotency_key)"
+            " FROM unnest(%b::text[], %b::text[]) AS k (session_id, idempotency_key)"
             " JOIN events AS e USING (session_id, idempotency_key)",
             (sessions, keys),
         )
@@ -220,7 +220,7 @@ class PostgresTx:
         sessions, calls = _columns(pairs)
         rows = self._rows(
             "SELECT t.session_id, t.call_id, t.status"
-            " FROM unnest(%s::text[], %s::text[]) AS k (session_id, call_id)"
+            " FROM unnest(%b::text[], %b::text[]) AS k (session_id, call_id)"
             " JOIN tool_calls AS t USING (session_id, call_id)",
             (sessions, calls),
         )
@@ -232,7 +232,7 @@ class PostgresTx:
         sessions, seqs = _columns(pairs)
         rows = self._rows(
             "SELECT e.session_id, e.seq, e.type, e.payload::jsonb ? 'supersedes'"
-            " FROM unnest(%s::text[], %s::bigint[]) AS k (session_id, seq)"
+            " FROM unnest(%b::text[], %b::bigint[]) AS k (session_id, seq)"
             " JOIN events AS e USING (session_id, seq)",
             (sessions, seqs),
         )
