@@ -366,6 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (default 3; median)")
     parser.add_argument("--seed", type=int, default=20240601, help="content seed (default fixed)")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="run only this scenario (repeatable; default all three)",
+    )
     args = parser.parse_args(argv)
     if args.events < 1 or args.repeat < 1:
         parser.error("--events and --repeat must be at least 1")
@@ -374,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     facts = server_facts(args.url)
     load_before = os.getloadavg()[0]
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in SCENARIOS}
+    chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in chosen}
     with (
         tempfile.TemporaryDirectory(prefix="agentjournal-pgbench-") as workdir,
         fresh_schema(args.url) as schema,
@@ -383,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(args.url, schema, Path(workdir) / "journal.db", args.events, args.seed)
         try:
             bench.warm_up()
-            for scenario in SCENARIOS:
+            for scenario in chosen:
                 print(f"… {scenario}", file=sys.stderr, flush=True)
                 for rep in range(args.repeat):
                     results[scenario].append(bench.once(scenario, raw_first=rep % 2 == 0))
