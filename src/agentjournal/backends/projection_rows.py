@@ -163,11 +163,8 @@ def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) 
                     if index is None:
                         rows.calls_closed.append((result, status, result_seq, sid, call_id))
                     else:
-                        sid, call_id, name, arguments, call_seq = rows.calls_opened[index][:5]
-                        rows.calls_opened[index] = (
-                            *(sid, call_id, name, arguments, call_seq),
-                            *(status, result, result_seq),
-                        )
+                        call = rows.calls_opened[index]
+                        rows.calls_opened[index] = (*call[:5], status, result, result_seq)
                 case SessionChanged(changed):
                     assert changed.keys() <= SESSION_FIELDS, changed.keys()
                     rows.session_changes.append((sid, encode_session_fields(changed)))

@@ -301,7 +301,10 @@ class SQLiteTx:
         if rows.calls_opened:
             self.conn.executemany(
                 _INSERT_TOOL_CALL,
-                [(r[0], r[1], r[2], r[4], r[5], r[7]) for r in rows.calls_opened],
+                [
+                    (sid, call_id, name, call_seq, status, result_seq)
+                    for sid, call_id, name, _, call_seq, status, _, result_seq in rows.calls_opened
+                ],
             )
         if rows.messages_corrected:
             self.conn.executemany(
