@@ -4,6 +4,7 @@ key creation / listing / revocation against a running server, and graceful SIGTE
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import socket
@@ -50,11 +51,37 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> N
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# `create_app(journal)` under uvicorn on every interface: what a program embedding the app may
+# do, past the CLI's refusal to bind. argv: db, port.
+_APP_ON_ALL_INTERFACES = """
+import sys
+import uvicorn
+from agentjournal.journal import Journal
+from agentjournal.server import create_app
+app = create_app(Journal.open(sys.argv[1]))
+uvicorn.run(app, host="0.0.0.0", port=int(sys.argv[2]), log_level="warning")
+"""
+
+
+def non_loopback_address() -> str | None:
+    """An IPv4 address of this machine other than loopback; None if it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.1", 9))  # UDP: picks the route, sends nothing
+        except OSError:
+            return None
+        address = str(sock.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
 @contextlib.contextmanager
-def serving(db_path: Path, host: str, port: int) -> Iterator[subprocess.Popen[str]]:
-    """`agentjournal serve` as a child; SIGTERM (then SIGKILL) when the block ends."""
-    argv = [sys.executable, "-m", "agentjournal.cli", "serve", "--db", str(db_path)]
-    argv += ["--host", host, "--port", str(port)]
+def serving(
+    db_path: Path, host: str, port: int, argv: list[str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """`agentjournal serve` (or `argv`) as a child; SIGTERM (then SIGKILL) when the block ends."""
+    if argv is None:
+        argv = [sys.executable, "-m", "agentjournal.cli", "serve", "--db", str(db_path)]
+        argv += ["--host", host, "--port", str(port)]
     process = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -94,6 +121,43 @@ def test_without_keys_serve_refuses_a_non_loopback_host(tmp_path: Path, host: st
     assert host in output
     assert "no API keys" in output
     assert "keys create" in output  # says how to fix it
+
+
+def test_without_keys_the_app_answers_only_loopback_callers(tmp_path: Path) -> None:
+    """The rule lives in the app, not only in the CLI: `create_app` without keys, bound to every
+    interface, refuses a caller from another address (403, nothing written) on the routed and
+    the fast append path alike, and serves loopback callers."""
+    address = non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to call from")
+    db_path = tmp_path / "journal.db"
+    port = free_port()
+    argv = [sys.executable, "-c", _APP_ON_ALL_INTERFACES, str(db_path), str(port)]
+    local, remote = f"http://127.0.0.1:{port}", f"http://{address}:{port}"
+    events = {"events": [{"type": "user_message", "payload": {"content": "hi"}}]}
+    with serving(db_path, "0.0.0.0", port, argv) as process:
+
+        def up() -> bool:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            with contextlib.suppress(httpx.TransportError):
+                return httpx.get(f"{local}/healthz", timeout=2.0).status_code == 200
+            return False
+
+        wait_until(up, "the app to start")
+        created = httpx.post(f"{local}/v1/sessions", json={}, timeout=10.0)
+        assert created.status_code == 201, created.text
+        session_id = created.json()["session_id"]
+        for path, body in (("/v1/sessions", {}), (f"/v1/sessions/{session_id}/events", events)):
+            refused = httpx.post(f"{remote}{path}", json=body, timeout=10.0)
+            assert refused.status_code == 403, (path, refused.text)
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            assert "keys create" in refused.json()["detail"]
+        assert httpx.get(f"{remote}/v1/sessions", timeout=10.0).status_code == 403
+        listed = httpx.get(f"{local}/v1/sessions", timeout=10.0)
+        assert listed.status_code == 200
+        assert [s["session_id"] for s in listed.json()["sessions"]] == [session_id]
+    with Journal.open(str(db_path)) as journal:
+        assert journal.get_session(session_id).last_seq == 1  # only session_created
 
 
 def test_with_a_key_serve_binds_a_non_loopback_host(tmp_path: Path) -> None:

@@ -33,9 +33,6 @@ def demo(
     raise typer.Exit(run_demo(db, keep=keep))
 
 
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
 @app.command()
 def serve(
     db: Annotated[
@@ -69,16 +66,14 @@ def serve(
     from agentjournal.journal import Journal
     from agentjournal.keys import ApiKeys
     from agentjournal.server import Limits, create_app
+    from agentjournal.server.service import open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
     journal = Journal.open(db, max_payload_bytes=max_event_bytes)
-    if not ApiKeys(journal.storage).any_active() and host not in _LOOPBACK:
+    refusal = open_bind_refusal(host, keys_exist=ApiKeys(journal.storage).any_active())
+    if refusal is not None:
         journal.close()
-        typer.echo(
-            f"refusing to bind {host}: no API keys exist, so every caller would be tenant"
-            " 'default'. Create one (agentjournal keys create --tenant NAME) or bind 127.0.0.1.",
-            err=True,
-        )
+        typer.echo(refusal, err=True)
         raise typer.Exit(2)
     limits = Limits(
         max_body_bytes=max_body_bytes,

@@ -93,7 +93,8 @@ class HotAppend:
                 break
         try:
             # As the route's Tenant dependency: who the caller is, then their rate limit.
-            tenant, key_id = self.service.caller(authorization)
+            peer = scope.get("client")
+            tenant, key_id = self.service.caller(authorization, peer and peer[0])
             self.service.admit(key_id)
             response = await append_events(self.service, tenant, match.group(1), body)
         except Problem as exc:

@@ -30,6 +30,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, text in {
         400: "malformed JSON",
         401: "missing or bad API key",
+        403: "no API keys exist and the caller is not on this machine",
         404: "no such session or task (or another tenant's)",
         409: "conflict: expected_seq, idempotency key, tool call, closed session, task attempt",
         413: "body or payload too large",
@@ -51,7 +52,8 @@ async def _tenant(request: Request, authorization: Annotated[str | None, Header(
     # async: a sync dependency costs a thread-pool round trip per request, and the key check is
     # a dict hit (a database read once per key every few seconds).
     service = service_of(request)
-    tenant, key_id = service.caller(authorization)
+    client = request.client
+    tenant, key_id = service.caller(authorization, None if client is None else client.host)
     service.admit(key_id)
     request.state.key_id = key_id
     return tenant

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.fanout import Fanout
 from agentjournal.server.problems import Problem
 
-__all__ = ["Limits", "Metrics", "Service"]
+__all__ = ["Limits", "Metrics", "Service", "is_loopback", "open_bind_refusal"]
 
 _KEY_CACHE_SECONDS = 5.0  # a revoked key stops working within this long
 
@@ -84,11 +85,14 @@ class Service:
             scoped = self._tenants[tenant] = self.journal.for_tenant(tenant)
         return scoped
 
-    def caller(self, authorization: str | None) -> tuple[str, str]:
+    def caller(self, authorization: str | None, client: str | None) -> tuple[str, str]:
         """(tenant, key id) of the request's bearer key; 401 without a valid one. In open mode,
-        a request without a key is ("default", "open")."""
+        a request without a key is ("default", "open") if it comes from this machine (`client`:
+        the peer's address, None on a Unix socket), 403 otherwise."""
         if authorization is None:
             if self.open:
+                if client is not None and not is_loopback(client):
+                    raise Problem(403, "Forbidden", _OPEN_REMOTE)
                 return "default", "open"
             raise _unauthorized("send Authorization: Bearer <key> (create one: agentjournal keys)")
         scheme, _, key = authorization.partition(" ")
@@ -144,6 +148,37 @@ class Service:
         finally:
             self._streams[key_id] -= 1
             self.metrics.open_streams.dec()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv4-mapped included) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def open_bind_refusal(host: str, keys_exist: bool) -> str | None:
+    """Why serving on `host` is refused, or None: without API keys every caller is tenant
+    'default', so an open service binds only to loopback (and answers only loopback callers,
+    see `Service.caller`, whatever it was bound to)."""
+    if keys_exist or is_loopback(host):
+        return None
+    return (
+        f"refusing to bind {host}: no API keys exist, so every caller would be tenant"
+        " 'default'. Create one (agentjournal keys create --tenant NAME) or bind 127.0.0.1."
+    )
+
+
+_OPEN_REMOTE = (
+    "no API keys exist, so this service answers only callers on its own machine (every caller"
+    " would be tenant 'default'); create a key (agentjournal keys create --tenant NAME)"
+)
 
 
 def _unauthorized(detail: str) -> Problem:
