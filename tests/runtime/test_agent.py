@@ -510,6 +510,18 @@ def test_bad_turn_arguments_write_nothing(journal: Journal) -> None:
     assert agent.model.calls == 0  # type: ignore[attr-defined]
 
 
+def test_an_agent_refuses_a_session_that_is_not_its_own(journal: Journal) -> None:
+    agent = Agent(Echo(), name="support")
+    unbound = journal.create_session("plain chat").session_id
+    other = Agent(Echo(), name="billing").create_session(journal).session_id
+    for session_id in (unbound, other):
+        with unchanged(journal), pytest.raises(Conflict, match="not bound to agent 'support'"):
+            agent.run_turn(journal, session_id, "hi")
+        with unchanged(journal), pytest.raises(Conflict, match="not bound to agent 'support'"):
+            agent.finish_turn(journal, session_id)
+    assert agent.model.calls == 0  # type: ignore[attr-defined]
+
+
 def race_two_turns(journal: Journal, title: str, other: Journal | None = None) -> None:
     """Two threads start a turn on one new session at once (the second through `other`, another
     `Journal` on the same database, if given). The winner's model waits until the loser has its

@@ -160,13 +160,14 @@ class Agent:
     ) -> TurnResult:
         """Journal `text` as the user's message and run the turn to its reply.
 
-        `Conflict` if the session's last turn has not ended (another turn is running, or a crash
+        `Conflict` if the session is not bound to this agent (`create_session`), or if its last
+        turn has not ended (another turn is running, or a crash
         cut one: `finish_turn` finishes it). With an `idempotency_key` a repeat of a finished turn
         returns its reply without running anything."""
         if not isinstance(text, str):
             raise InvalidArgument("a turn's text must be a string")
         with journal.hold_turn(session_id) as held:
-            session = journal.get_session(session_id)
+            session = self._bound(journal.get_session(session_id))
             if session.turn_open or not held:
                 raise Conflict(
                     f"session {session_id!r} has a turn that has not ended (one is running, or a"
@@ -183,9 +184,10 @@ class Agent:
         self, journal: Journal, session_id: str, *, on_event: EventHook | None = None
     ) -> TurnResult | None:
         """Finish the session's cut turn (None if its last turn ended). `Conflict` if the turn
-        is not cut but running (here, or in another instance on PostgreSQL)."""
+        is not cut but running (here, or in another instance on PostgreSQL), or if the session
+        is not bound to this agent."""
         with journal.hold_turn(session_id) as held:
-            session = journal.get_session(session_id)
+            session = self._bound(journal.get_session(session_id))
             if not session.turn_open:
                 return None
             if not held:
@@ -201,6 +203,17 @@ class Agent:
                     content, is_error = INTERRUPTED, True
                 turn.append("tool_result", _result(call.call_id, content, is_error))
             return self._continue(turn)
+
+    def _bound(self, session: Session) -> Session:
+        """`session`, if it is bound to this agent (`create_session`): a turn of one agent in
+        another's session would mix their tools and prompts, and resume would finish it with
+        the wrong one."""
+        if session.metadata.get("agent") != self.name:
+            raise Conflict(
+                f"session {session.session_id!r} is not bound to agent {self.name!r}; create it"
+                f' with Agent.create_session, or with metadata {{"agent": "{self.name}"}}'
+            )
+        return session
 
     def _repeat(self, journal: Journal, session_id: str, user_seq: int) -> TurnResult:
         """A retried turn: what the original turn wrote, if it has its reply."""
