@@ -133,9 +133,15 @@ class Storage(Protocol):
     def session(self, tenant: str, session_id: str) -> Session | None: ...
 
     def sessions(
-        self, tenant: str, statuses: Sequence[str], limit: int, before: str | None
+        self,
+        tenant: str,
+        statuses: Sequence[str],
+        limit: int,
+        before: str | None,
+        search: str | None = None,
     ) -> list[Session]:
-        """Newest activity first: ordered by last position, descending, below `before`."""
+        """Newest activity first: ordered by last position, descending, below `before`; with
+        `search`, only those whose title or id holds it, compared lowercased."""
 
     def session_ids(self, tenant: str) -> list[str]: ...
 

@@ -389,18 +389,28 @@ class PostgresStorage:
         return session_from_row(rows[0]) if rows else None
 
     def sessions(
-        self, tenant: str, statuses: Sequence[str], limit: int, before: str | None
+        self,
+        tenant: str,
+        statuses: Sequence[str],
+        limit: int,
+        before: str | None,
+        search: str | None = None,
     ) -> list[Session]:
         if before:
             tx, event_id = decode_position(before)
         else:
             tx, event_id = 2**64 - 1, 2**63 - 1
+        matching = ""
+        needle: tuple[str, ...] = ()
+        if search:
+            matching = " AND (strpos(lower(title), %s) > 0 OR strpos(lower(session_id), %s) > 0)"
+            needle = (search.lower(),) * 2
         rows = self._read(
             tenant,
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = %s AND status = ANY(%s)"
-            " AND (last_tx, last_event_id) < (%s::text::xid8, %s)"
+            f" AND (last_tx, last_event_id) < (%s::text::xid8, %s){matching}"
             " ORDER BY last_tx DESC, last_event_id DESC LIMIT %s",
-            (tenant, list(statuses), str(tx), event_id, limit),
+            (tenant, list(statuses), str(tx), event_id, *needle, limit),
         )
         return [session_from_row(row) for row in rows]
 

@@ -153,6 +153,8 @@ class SQLiteStorage:
                 conn.execute("PRAGMA secure_delete = ON")
             else:
                 conn.execute("PRAGMA query_only = ON")
+                # SQLite's lower() folds ASCII only; a search matches as PostgreSQL's does.
+                conn.create_function("agentjournal_lower", 1, _lower, deterministic=True)
         except sqlite3.Error as exc:
             conn.close()
             raise StorageError(f"cannot set up {self.path!r}: {exc}") from exc
@@ -267,14 +269,27 @@ class SQLiteStorage:
         return session_from_row(rows[0]) if rows else None
 
     def sessions(
-        self, tenant: str, statuses: Sequence[str], limit: int, before: str | None
+        self,
+        tenant: str,
+        statuses: Sequence[str],
+        limit: int,
+        before: str | None,
+        search: str | None = None,
     ) -> list[Session]:
         marks = ", ".join("?" * len(statuses))
         below = position_number(before) if before else 2**63 - 1
+        matching = ""
+        needle: tuple[str, ...] = ()
+        if search:
+            matching = (
+                " AND (instr(agentjournal_lower(title), ?) > 0"
+                " OR instr(agentjournal_lower(session_id), ?) > 0)"
+            )
+            needle = (search.lower(),) * 2
         rows = self._read(
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = ? AND status IN ({marks})"
-            " AND last_event_id < ? ORDER BY last_event_id DESC LIMIT ?",
-            (tenant, *statuses, below, limit),
+            f" AND last_event_id < ?{matching} ORDER BY last_event_id DESC LIMIT ?",
+            (tenant, *statuses, below, *needle, limit),
         )
         return [session_from_row(row) for row in rows]
 
@@ -411,3 +426,7 @@ class SQLiteStorage:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"foreign key: {row}" for row in self._read("PRAGMA foreign_key_check")]
         return problems
+
+
+def _lower(text: str | None) -> str | None:
+    return None if text is None else text.lower()
