@@ -1,4 +1,4 @@
-"""agentjournal against raw `sqlite3`: the budgets of DESIGN.md ("Budgets") and their targets.
+"""agentjournal against raw `sqlite3`: the performance budgets and their targets (bench/README.md).
 
     .venv/bin/python bench/journal_bench.py            # the full run (a few minutes)
     .venv/bin/python bench/journal_bench.py --quick    # a smoke run (seconds; figures are rough)
@@ -47,8 +47,8 @@ SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 ROLES = {"user_message": "user", "assistant_message": "assistant", "system_message": "system"}
 TENANT = "default"
 
-# Targets (the issue's; DESIGN.md's stricter figure in brackets where it has one).
-APPEND_TARGET = 0.70  # of raw events/s, one writer [DESIGN: 0.85]
+# Targets (the issue's; the stricter figure we aim for in brackets where there is one).
+APPEND_TARGET = 0.70  # of raw events/s, one writer [aim: 0.85]
 WRITERS_TARGET = 3.0  # 16 writers / one writer, at full
 TURN_TARGET = 1.2  # turn latency at 1,000 turns / at 10 turns
 MESSAGES_TARGET = 2.0  # messages(last=20) at the largest session / at 10 events
@@ -415,7 +415,7 @@ class Scenario:
                 "ev/s",
                 o1,
                 r1,
-                target=f"≥ {APPEND_TARGET:.2f} × raw [DESIGN 0.85]",
+                target=f"≥ {APPEND_TARGET:.2f} × raw [aim 0.85]",
                 ratio=o1 / r1,
                 met=o1 / r1 >= APPEND_TARGET,
                 note=disk,

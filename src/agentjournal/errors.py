@@ -62,7 +62,7 @@ class InvalidArgument(JournalError, ValueError):
 
 
 class InvalidEvent(InvalidArgument):
-    """An event's type or payload does not have the shape DESIGN.md gives it."""
+    """An event's type or payload does not have its type's shape (events.py; docs/concepts.md)."""
 
 
 class CorruptLine(InvalidArgument):

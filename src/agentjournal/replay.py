@@ -1,4 +1,4 @@
-"""The pure fold from a session's events to model-ready messages (DESIGN.md, "Replay and context").
+"""The pure fold from a session's events to model-ready messages (docs/concepts.md, "Replay").
 
 One fold (`_fold`) turns events into internal messages, each with an anchor (the seq of the event
 that opened it); `replay` renders them in the OpenAI or Anthropic shape and `fit_context` picks the

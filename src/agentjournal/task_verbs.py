@@ -1,4 +1,4 @@
-"""The task verbs of `Journal` (DESIGN.md, "Tasks"): queue work in a session, claim it under a
+"""The task verbs of `Journal` (docs/concepts.md): queue work in a session, claim it under a
 lease, report on it, and settle expired leases at start-up. `Journal` inherits them; what each
 verb appends is decided by the pure transitions in `agentjournal.tasks`."""
 

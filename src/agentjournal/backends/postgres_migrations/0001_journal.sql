@@ -1,5 +1,5 @@
 -- agentjournal schema for PostgreSQL, version 1 (the SQLite schema's versions 1-3 in one).
--- Applied by `migrate()` in postgres.py in one transaction, under an advisory lock, so instances
+-- Applied by `_migrate()` in postgres.py in one transaction, under an advisory lock, so instances
 -- starting together apply it once. Later versions add files; a released file is never edited.
 
 -- The anchor of tenancy: every row below names its tenant, and (session_id, tenant) is the key

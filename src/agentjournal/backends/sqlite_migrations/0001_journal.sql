@@ -1,4 +1,4 @@
--- agentjournal schema for SQLite, version 1. Applied by `migrate()` in sqlite.py inside one
+-- agentjournal schema for SQLite, version 1. Applied by `_migrate()` in sqlite.py inside one
 -- transaction that also sets PRAGMA user_version; later versions append migrations, never edit this.
 
 -- The sessions projection, and the anchor of tenancy: every event's session belongs to one tenant.
