@@ -1,9 +1,9 @@
-"""A reference journal for the model-based test (`test_model.py`), written from DESIGN.md alone.
+"""A reference journal for the model-based test (`test_model.py`), written from the docs alone.
 
-It imports nothing from agentjournal (DESIGN.md, "How we know it works"): every rule below is
+It imports nothing from agentjournal (an independent reading of the docs): every rule below is
 written again from the document, in the plainest form (lists scanned from the start, no indexes),
-so that a shared mistake would have to be made twice. Where DESIGN.md is silent the reference does
-what the library does; each such choice is marked "DESIGN is silent". Limits the document does not
+so that a shared mistake would have to be made twice. Where the docs are silent the reference does
+what the library does; each such choice is marked "docs are silent". Limits the document does not
 state (nesting depth, id lengths, at most 100 retries) are not modelled, and the test does not
 generate them.
 
@@ -43,7 +43,7 @@ TURN_OPENERS = ("user_message", "tool_call", "tool_result")
 
 
 class Rejected(Exception):
-    """The reference refuses the request; `kind` names the error class DESIGN.md gives it."""
+    """The reference refuses the request; `kind` names the error class the docs give it."""
 
     def __init__(self, kind: str, why: str = "") -> None:
         super().__init__(f"{kind}: {why}")
@@ -121,7 +121,7 @@ class RefSession:
 
 @dataclass
 class RefTask:
-    """A task as DESIGN.md's "Tasks (durable work)" describes it. `task_id` is the reference's
+    """A task as the docs' "Tasks" (concepts.md) describes it. `task_id` is the reference's
     own id ("t1", "t2"... in creation order); the test maps the journal's ids onto these."""
 
     task_id: str
@@ -328,7 +328,7 @@ def _check_against(history: list[Ev], status: str, event: Ev) -> str:
 
 
 class Reference:
-    """One tenant's journal, as DESIGN.md states it, in memory."""
+    """One tenant's journal, as the docs state it, in memory."""
 
     def __init__(self, *, limit: int) -> None:
         self.limit = limit
@@ -364,7 +364,7 @@ class Reference:
         if not SESSION_ID.match(session_id):
             raise Rejected("InvalidArgument", "bad session id")
         if key is not None and key in self.session_keys:
-            # DESIGN is silent on the requested session_id of a retry: only the payload counts.
+            # The docs are silent on the requested session_id of a retry: only the payload counts.
             existing = self.sessions[self.session_keys[key]]
             original = next(e for e in existing.events if e.key == key)
             if original.type != event.type or not same_json(original.payload, payload):
@@ -395,12 +395,12 @@ class Reference:
             raise Rejected("InvalidArgument", "expected_seq")
         session = self.session(session_id)
         keys = [e.key for e in prepared if e.key is not None]
-        # Keys first (DESIGN: "checked before expected_seq"), and before the deleted status: a
-        # retry writes nothing, so a deleted session still answers it (DESIGN is silent).
+        # Keys first (docs: "checked before expected_seq"), and before the deleted status: a
+        # retry writes nothing, so a deleted session still answers it (docs are silent).
         found = {e.key: e for e in session.events if e.key is not None and e.key in keys}
         if found:
-            # DESIGN: "A batch whose keys all match one earlier batch returns that batch; a partial
-            # match writes nothing". DESIGN is silent on a batch whose keys all exist but come from
+            # Docs: "A batch whose keys all match one earlier batch returns that batch; a partial
+            # match writes nothing". Docs are silent on a batch whose keys all exist but come from
             # several earlier appends, or from part of one: like the library, the originals must be
             # one run of consecutive events in the order asked (a contiguous part of one append, or
             # appends that followed each other, is accepted).
@@ -452,9 +452,9 @@ class Reference:
             # nothing is written, whatever the request asks for. Deleting a deleted session is
             # SessionClosed.
             return self.append_many(session_id, update, verb=True)
-        # DESIGN: delete_session "cancels the session's open tasks in the same transaction". The
+        # Docs: delete_session "cancels the session's open tasks in the same transaction". The
         # cancellations come first, in creation order, each with the reason "session deleted"
-        # (DESIGN is silent on both; the library's choice).
+        # (docs are silent on both; the library's choice).
         doomed = [t for t in self.tasks.values() if t.session_id == session_id and t.status in OPEN]
         cancels = [
             ("task_cancelled", {"task_id": t.task_id, "reason": "session deleted"}, None)
@@ -494,7 +494,7 @@ class Reference:
             raise Rejected("InvalidArgument", "at_seq past the end")
         if calls_open_at(parent.events, at):
             raise Rejected("Conflict", "fork would leave a call without its result")
-        # Copies: same seq, no idempotency keys. (Fork of a deleted session: DESIGN is silent;
+        # Copies: same seq, no idempotency keys. (Fork of a deleted session: docs are silent;
         # the copies carry the deletion, so the fork is deleted too, as in the library.)
         events = [Ev(e.seq, e.type, e.payload) for e in parent.events[:at]]
         events.append(
@@ -510,8 +510,8 @@ class Reference:
         self._touch(session)
         return new_id, True
 
-    # -- tasks (DESIGN.md "Tasks (durable work)") -------------------------------------------------
-    # DESIGN gives no error for a bad argument; like the rest of the reference, a bad id, number or
+    # -- tasks (docs/concepts.md, "Tasks") ---------------------------------------------------------
+    # The docs give no error for a bad argument; like the rest of the reference, a bad id, number or
     # flag is `InvalidArgument`, checked before anything is read (the library's order).
 
     def task(self, task_id: str) -> RefTask:
@@ -552,7 +552,7 @@ class Reference:
         session = self.session(session_id)
         original = next((e for e in session.events if key is not None and e.key == key), None)
         if original is not None:
-            # Checked before the parent and before the deleted status (DESIGN is silent; as for
+            # Checked before the parent and before the deleted status (docs are silent; as for
             # appends, a retry writes nothing so a deleted session still answers it).
             asked = {k: v for k, v in original.payload.items() if k != "task_id"}
             if original.type != "task_created" or not same_json(asked, request):
@@ -625,15 +625,15 @@ class Reference:
         if message is not None:
             fields["message"] = message
         self._write(task, "task_progress", fields)
-        # The message is the latest report's: a report without one clears it (DESIGN is silent).
+        # The message is the latest report's: a report without one clears it (docs are silent).
         task.progress, task.message = float(progress), message
 
     def complete_task(self, task_id: str, attempt: Any, output: Any) -> None:
-        # The output is checked as a payload after the task's state (DESIGN is silent on the
+        # The output is checked as a payload after the task's state (docs are silent on the
         # order of Conflict and InvalidEvent; the library's).
         task = self._running(task_id, attempt)
         self._write(task, "task_completed", {"attempt": attempt, "output": output})
-        # Completed means all done: progress 1.0. An earlier attempt's error stays (DESIGN is
+        # Completed means all done: progress 1.0. An earlier attempt's error stays (docs are
         # silent; the library's choice).
         self._end(task, "completed", error=task.error)
         task.output, task.progress = copy.deepcopy(output), 1.0
@@ -669,7 +669,7 @@ class Reference:
             return steps
 
         below = [(depth(t), t) for t in self.tasks.values() if t.status in OPEN]
-        # DESIGN is silent on the order of the cancellations: like the library, the deepest
+        # The docs are silent on the order of the cancellations: like the library, the deepest
         # first, and the newest first among tasks as deep.
         ranked = sorted((-d, -t.number, t.task_id) for d, t in below if d is not None)
         doomed = [self.tasks[ranked_id] for _, _, ranked_id in ranked]
@@ -677,7 +677,7 @@ class Reference:
         batch = [("task_cancelled", {"task_id": t.task_id, **extra}, None) for t in doomed]
         self.append_many(task.session_id, batch, verb=True)
         for doomed_task in doomed:
-            # The reason becomes the task's error, None without one (DESIGN is silent).
+            # The reason becomes the task's error, None without one (docs are silent).
             self._end(doomed_task, "cancelled", error=reason)
 
     def listed(self, status: str | None) -> list[str]:
@@ -737,7 +737,7 @@ def tool_calls(events: Sequence[Ev]) -> list[tuple[Any, ...]]:
 def replay(
     events: Sequence[Ev], system_prompt: str | None, until: int | None = None
 ) -> list[dict[str, Any]]:
-    """DESIGN.md "Replay and context", OpenAI shape."""
+    """Replay in the OpenAI shape (docs/concepts.md)."""
     seen = [e for e in events if until is None or e.seq <= until]
     compactions = [e for e in seen if e.type == "context_compacted"]
     floor = compactions[-1].payload["until_seq"] if compactions else 0
@@ -755,7 +755,7 @@ def replay(
     # Turns: [role, content, calls]; calls are (call_id, name, arguments).
     turns: list[list[Any]] = []
     # What the last event replay shows was: an original assistant text, a call, or other. Types
-    # replay ignores (custom, session_*, context_compacted) sit between without separating (DESIGN
+    # replay ignores (custom, session_*, context_compacted) sit between without separating (docs
     # is silent; the runtime writes text and calls in one batch, so nothing comes between there).
     last = "other"
     for event in visible:
@@ -777,7 +777,7 @@ def replay(
             last = "other"
 
     out: list[dict[str, Any]] = []
-    # An empty system prompt or summary gives no message (DESIGN is silent).
+    # An empty system prompt or summary gives no message (docs are silent).
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     if summary:

@@ -2,7 +2,7 @@
 
 Each step sends one request (an append, a batch, a retry, a compaction, a fork, a delete, a task
 verb...) to a fresh `Journal` (a new SQLite file, or a new PostgreSQL schema: the test runs once per
-backend) and to `reference_journal.Reference`, which is written from DESIGN.md and imports nothing
+backend) and to `reference_journal.Reference`, which is written from the docs and imports nothing
 from agentjournal. Both must answer alike: the same error class, or the same events. After every
 step the session's events, transcript, tool calls, session row (`turn_open` included) and replay
 (whole, and as of a seq) must agree, the session list and `open_turns()` must be in the same order,
@@ -215,7 +215,7 @@ class JournalMachine(RuleBasedStateMachine):
         counts = {sid: s.last_seq for sid, s in self.ref.sessions.items()}
         real_result, real_error = run_real(real)
         ref_result, ref_error = run_ref(ref)
-        assert real_error == ref_error, f"{what}: journal raised {real_error}, DESIGN {ref_error}"
+        assert real_error == ref_error, f"{what}: journal raised {real_error}, docs {ref_error}"
         hypothesis.event(f"{label or what}: {real_error or 'ok'}")  # --hypothesis-show-statistics
         if real_error is not None:
             # A rejected request writes nothing: the same sessions, each as long as it was.
@@ -624,7 +624,7 @@ class JournalMachine(RuleBasedStateMachine):
             )
         )
         what = f"fork({parent!r}, at_seq={at_seq}, key={key!r})"
-        assert real_error == ref_error, f"{what}: journal raised {real_error}, DESIGN {ref_error}"
+        assert real_error == ref_error, f"{what}: journal raised {real_error}, docs {ref_error}"
         hypothesis.event(f"fork: {real_error or 'ok'}")
         if got is None:
             assert len(self.journal.sessions(status="all", limit=EVERYTHING)) == len(self.ids)
@@ -633,7 +633,7 @@ class JournalMachine(RuleBasedStateMachine):
         if not fresh:
             return
         self.ids.append(new_id)
-        # DESIGN: a fork's copies of task events create no tasks.
+        # Docs: a fork's copies of task events create no tasks.
         assert self.journal.tasks(session_id=new_id) == []
         at = self.ref.sessions[new_id].row()["forked_at_seq"]
         copies = self.journal.events(new_id, limit=EVERYTHING)
@@ -725,8 +725,8 @@ class JournalMachine(RuleBasedStateMachine):
     def same_task(self, task: Task | None, ref_id: str | None, what: str) -> None:
         """What a task verb returned is the reference's task as it now stands."""
         if task is None or ref_id is None:
-            assert task is None, f"{what}: journal {task}, DESIGN nothing"
-            assert ref_id is None, f"{what}: journal nothing, DESIGN {ref_id}"
+            assert task is None, f"{what}: journal {task}, docs nothing"
+            assert ref_id is None, f"{what}: journal nothing, docs {ref_id}"
             return
         assert self.task_ids.get(task.task_id) == ref_id, f"{what}: the verb's task"
         assert self.task_row(task) == self.ref.tasks[ref_id].row(), what

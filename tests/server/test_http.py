@@ -1,5 +1,5 @@
-"""The REST API over a real `agentjournal serve` process on loopback: every endpoint of DESIGN's
-table (except /turns and tasks), and every error as problem+json that writes nothing."""
+"""The REST API over a real `agentjournal serve` process on loopback: every endpoint of the
+API (except /turns and tasks), and every error as problem+json that writes nothing."""
 
 from __future__ import annotations
 

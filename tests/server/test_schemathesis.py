@@ -274,7 +274,7 @@ def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> dict[str, str]:
 
 
 def check_problem(response: Any) -> None:
-    """DESIGN: every 4xx/5xx is application/problem+json with a readable detail."""
+    """The contract: every 4xx/5xx is application/problem+json with a readable detail."""
     if response.status_code < 400:
         return
     content_type = response.headers.get("content-type", [""])[0]
@@ -469,7 +469,7 @@ def _objects(schema: Any, spec: dict[str, Any], seen: set[int]) -> Iterator[dict
 
 
 def test_the_spec_marks_every_field_of_a_2xx_body_required(fuzz: Fuzz) -> None:
-    """DESIGN: the OpenAPI spec marks required fields on every 2xx response (our bodies always
+    """The contract: the OpenAPI spec marks required fields on every 2xx response (our bodies always
     carry every field, null when empty, so every documented property is required)."""
     missing: list[str] = []
     checked = 0

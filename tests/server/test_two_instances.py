@@ -1,4 +1,4 @@
-"""Two `agentjournal serve` processes on one PostgreSQL schema, as DESIGN.md's "Scale" promises:
+"""Two `agentjournal serve` processes on one PostgreSQL schema, as docs/postgres.md promises:
 appends made through instance A reach live streams on instance B (LISTEN/NOTIFY), a task queued
 through A is claimed, advanced and completed through B while A is killed and restarted on its
 port, API keys live in the database so one key works on every instance, and `verify` finds the
