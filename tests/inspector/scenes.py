@@ -5,7 +5,7 @@ through. Used by the browser tests and by screenshot.py."""
 from __future__ import annotations
 
 from agentjournal import Journal
-from agentjournal.runtime.order_agent import QUERY_ORDERS, build
+from agentjournal.demo.order_agent import QUERY_ORDERS, build
 
 ORDER_TITLE = "订单客服"
 ORDER_PROMPT = "你是订单客服助手：帮用户查询订单数量、下单。"

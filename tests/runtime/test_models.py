@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentjournal import Event, InvalidArgument, Journal, ModelError, NewEvent
+from agentjournal.demo import order_agent
 from agentjournal.runtime import (
     Agent,
     Invocation,
@@ -26,7 +27,6 @@ from agentjournal.runtime import (
     Script,
     ScriptedModel,
     Tool,
-    order_agent,
     resume_incomplete,
 )
 from expected import SEED_MESSAGES, a, settled_feed, t, u
@@ -400,7 +400,7 @@ def test_a_model_error_mid_turn_is_finished_by_resume_once_the_server_works(
     assert journal.verify().ok
 
 
-# -- ScriptedModel: the demo's order agent --------------------------------------------------
+# -- ScriptedModel: the demo's order agent (agentjournal.demo), built on it -------------------
 
 
 @pytest.fixture

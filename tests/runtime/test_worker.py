@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from agentjournal import Conflict, InvalidArgument, Journal
+from agentjournal.demo import order_agent
 from agentjournal.journal import now_ms
 from agentjournal.projection import Task
-from agentjournal.runtime import PermanentFailure, TaskRun, Worker, order_agent
+from agentjournal.runtime import PermanentFailure, TaskRun, Worker
 
 WAIT = 30.0  # seconds any wait may take before the test fails instead of hanging
 

@@ -36,7 +36,7 @@ import httpx
 import pytest
 
 from agentjournal import Event, Journal
-from agentjournal.runtime.order_agent import PLACE_ORDER, QUERY_ORDERS, ledger_lines
+from agentjournal.demo.order_agent import PLACE_ORDER, QUERY_ORDERS, ledger_lines
 
 SEED = int(os.environ.get("AGENTJOURNAL_KILL_SEED", "20240604"))
 KILLS = 30

@@ -36,8 +36,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from agentjournal import Journal
+from agentjournal.demo.order_agent import build
 from agentjournal.keys import ApiKeys
-from agentjournal.runtime.order_agent import build
 from agentjournal.server import Limits, create_app
 from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 

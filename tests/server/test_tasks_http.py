@@ -17,7 +17,7 @@ import httpx
 import pytest
 from http_checks import assert_problem, db_counts
 
-from agentjournal.runtime.order_agent import ORDER_COUNT, REPORT_STEPS
+from agentjournal.demo.order_agent import ORDER_COUNT, REPORT_STEPS
 
 WAIT = 30.0  # the most the demo worker may take before the test fails instead of hanging
 LEASE = 600.0  # leases claimed here; none may expire while the module runs

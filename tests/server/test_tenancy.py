@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from agentjournal import Journal
-from agentjournal.runtime.order_agent import QUERY_ORDERS
+from agentjournal.demo.order_agent import QUERY_ORDERS
 from agentjournal.server import create_app
 
 A, B = "acme", "beta"

@@ -23,7 +23,7 @@ import pytest
 from http_checks import assert_problem, db_counts
 
 from agentjournal import Journal
-from agentjournal.runtime.order_agent import ORDER_COUNT, PLACE_ORDER, QUERY_ORDERS, ledger_lines
+from agentjournal.demo.order_agent import ORDER_COUNT, PLACE_ORDER, QUERY_ORDERS, ledger_lines
 
 SSE = "text/event-stream"
 REPLY = f"你当前有 {ORDER_COUNT} 个订单。"

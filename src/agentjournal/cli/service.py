@@ -28,7 +28,7 @@ def demo(
 
     Example: agentjournal demo --db /tmp/demo.db --keep
     """
-    from agentjournal.demo import main as run_demo
+    from agentjournal.demo.run import main as run_demo
 
     raise typer.Exit(run_demo(db, keep=keep))
 
@@ -89,8 +89,8 @@ def serve(
 
 
 def _load_agent(spec: str) -> Agent:
+    from agentjournal.demo.order_agent import build
     from agentjournal.runtime import Agent, OpenAIChatModel
-    from agentjournal.runtime.order_agent import build
 
     if spec == "demo":
         return build()

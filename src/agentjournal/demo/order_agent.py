@@ -1,5 +1,8 @@
 """The seeds' order-service agent, scripted: what `agentjournal serve --agent demo` runs.
 
+Demo code, outside the runtime it is built on: its knobs are environment variables the demo and
+the tests set for the server process, and its ledger is locked with `fcntl` (POSIX only).
+
 "帮我查一下订单数量" calls `query_order_count` (idempotent: it only reads) and answers
 "你当前有 42 个订单。"; "帮我下单：…" calls `place_order` (not idempotent: it takes the
 order), which takes `AGENTJOURNAL_ORDER_DELAY` seconds (default 1.0, the payment API) and, if
@@ -17,9 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentjournal.runtime.agent import Agent, Invocation, Tool
-from agentjournal.runtime.models import Script, ScriptedModel
-from agentjournal.runtime.worker import TaskRun
+from agentjournal.runtime import Agent, Invocation, Script, ScriptedModel, TaskRun, Tool
 
 __all__ = ["ORDER_COUNT", "PLACE_ORDER", "QUERY_ORDERS", "build"]
 

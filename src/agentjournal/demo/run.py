@@ -1,16 +1,17 @@
-"""`agentjournal demo`: the seeds' order-service agent, run as a real server and killed twice.
+"""`agentjournal demo`: the seeds' order agent, run as a real server and killed three times.
 
 The demo starts `agentjournal serve --agent demo` as a separate process on a new database and
 talks to it over HTTP, as a client would:
 
 1. two turns of the 订单客服 conversation; the six events they wrote are printed;
-2. the server is SIGKILLed, restarted, and killed again in the middle of a turn (a non-idempotent
-   `place_order`, between its tool call and its result);
+2. the server is SIGKILLed at rest (first kill), restarted, and SIGKILLed again in the middle of
+   a turn (second kill: a non-idempotent `place_order`, between its tool call and its result);
 3. on restart the cut turn is finished by resume (the order is not placed twice) and the
    conversation is replayed as the seed prints it;
 4. a second session, 文档助手, proves isolation;
 5. a client resumes the event stream after event 4;
-6. a long task is killed mid-progress with its server and finished by the next one's worker.
+6. a long task is SIGKILLed mid-progress with its server (third kill) and finished by the next
+   server's worker.
 
 Every table comes from the journal (`events()`, `replay()`, the SSE stream); nothing printed is
 typed into the demo except the user's messages.
@@ -36,9 +37,9 @@ from httpx_sse import connect_sse
 from rich.console import Console
 from rich.table import Table
 
+from agentjournal.demo.order_agent import PLACE_ORDER, QUERY_ORDERS, build, ledger_lines
 from agentjournal.events import Event
 from agentjournal.journal import Journal
-from agentjournal.runtime.order_agent import PLACE_ORDER, QUERY_ORDERS, build, ledger_lines
 
 ORDER_SESSION = "sess_a"
 DOCS_SESSION = "sess_b"
