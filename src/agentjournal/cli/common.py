@@ -4,6 +4,7 @@ and exit codes a script can trust (0 done, 1 problems found or nothing matched, 
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Final, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agentjournal.errors import JournalError
 from agentjournal.journal import Journal
@@ -31,6 +33,7 @@ __all__ = [
     "local_time",
     "opened",
     "print_json",
+    "require_extra",
     "sqlite_path",
 ]
 
@@ -58,8 +61,44 @@ errors = Console(stderr=True, highlight=False)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    # Messages quote user input and pip lines ('agentjournal[server]'): not markup.
+    errors.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(code)
+
+
+# What each extra of pyproject.toml installs, by import name: a command that finds one of these
+# missing names the extra to install; any other ImportError is a bug and keeps its traceback.
+EXTRA_MODULES: Final = {
+    "server": frozenset(
+        {
+            "fastapi",
+            "starlette",
+            "pydantic",
+            "uvicorn",
+            "httptools",
+            "uvloop",
+            "sse_starlette",
+            "prometheus_client",
+            "httpx_sse",
+        }
+    ),
+}
+
+
+def require_extra(extra: str, command: str, *modules: str) -> None:
+    """Import `modules` now, before the command starts work: if one is missing because `extra`
+    is not installed, end with the pip line that installs it (exit 2) instead of a traceback."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            missing = (exc.name or "").partition(".")[0]
+            if missing not in EXTRA_MODULES[extra]:
+                raise
+            fail(
+                f"`agentjournal {command}` needs the {extra} extra ({missing} is not installed):"
+                f" pip install 'agentjournal[{extra}]'"
+            )
 
 
 def is_postgres(db: str) -> bool:

@@ -10,8 +10,16 @@ import typer
 
 from agentjournal.arguments import check_id
 from agentjournal.cli.app import app, keys_app
-from agentjournal.cli.common import EXIT_PROBLEMS, DbOption, JsonOption, fail, opened, print_json
-from agentjournal.errors import InvalidArgument
+from agentjournal.cli.common import (
+    EXIT_PROBLEMS,
+    DbOption,
+    JsonOption,
+    fail,
+    opened,
+    print_json,
+    require_extra,
+)
+from agentjournal.errors import InvalidArgument, JournalError
 
 if TYPE_CHECKING:
     from agentjournal.runtime import Agent
@@ -28,6 +36,9 @@ def demo(
 
     Example: agentjournal demo --db /tmp/demo.db --keep
     """
+    # The demo's server is a child process: check here that it can start, rather than let the
+    # child die with a traceback in its log and the demo report only "did not start".
+    require_extra("server", "demo", "uvicorn", "agentjournal.server", "agentjournal.demo.run")
     from agentjournal.demo.run import main as run_demo
 
     raise typer.Exit(run_demo(db, keep=keep))
@@ -61,6 +72,7 @@ def serve(
 
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
+    require_extra("server", "serve", "uvicorn", "agentjournal.server")
     import uvicorn
 
     from agentjournal.journal import Journal
@@ -69,7 +81,10 @@ def serve(
     from agentjournal.server.service import open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
-    journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+    try:
+        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+    except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
+        fail(f"cannot open {db!r}: {exc}")
     refusal = open_bind_refusal(host, keys_exist=ApiKeys(journal.storage).any_active())
     if refusal is not None:
         journal.close()
