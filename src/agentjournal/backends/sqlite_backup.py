@@ -1,7 +1,7 @@
 """Online backup and restore of a SQLite journal, with SQLite's backup API.
 
-Copying the file while the journal runs misses whatever only the `-wal` holds (the first seed's
-fifth pitfall) and can copy a page mid-write; the backup API reads one consistent snapshot through
+Copying the file while the journal runs misses whatever only the `-wal` holds (a classic
+SQLite pitfall) and can copy a page mid-write; the backup API reads one consistent snapshot through
 SQLite's own locks. It copies in a single step: a stepped backup starts over whenever another
 connection writes in between, so under sustained writes it might never finish, while one step in
 WAL mode holds only a read snapshot, and writers carry on meanwhile.

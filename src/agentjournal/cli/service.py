@@ -32,7 +32,7 @@ def demo(
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the database file afterwards.")] = False,
 ) -> None:
-    """Run the seeds' order agent as a server, SIGKILL it mid-turn and mid-task, and resume.
+    """Run the scripted order agent as a server, SIGKILL it mid-turn and mid-task, and resume.
 
     Example: agentjournal demo --db /tmp/demo.db --keep
     """

@@ -1,4 +1,4 @@
-"""The seeds' order-service agent, scripted: what `agentjournal serve --agent demo` runs.
+"""The order-service agent, scripted: what `agentjournal serve --agent demo` runs.
 
 Demo code, outside the runtime it is built on: its knobs are environment variables the demo and
 the tests set for the server process, and its ledger is locked with `fcntl` (POSIX only).

@@ -1,4 +1,4 @@
-"""`agentjournal demo`: the seeds' order agent, run as a real server and killed three times.
+"""`agentjournal demo`: the scripted order agent, run as a real server and killed three times.
 
 The demo starts `agentjournal serve --agent demo` as a separate process on a new database and
 talks to it over HTTP, as a client would:
@@ -7,7 +7,7 @@ talks to it over HTTP, as a client would:
 2. the server is SIGKILLed at rest (first kill), restarted, and SIGKILLed again in the middle of
    a turn (second kill: a non-idempotent `place_order`, between its tool call and its result);
 3. on restart the cut turn is finished by resume (the order is not placed twice) and the
-   conversation is replayed as the seed prints it;
+   conversation is replayed one line per message;
 4. a second session, 文档助手, proves isolation;
 5. a client resumes the event stream after event 4;
 6. a long task is SIGKILLed mid-progress with its server (third kill) and finished by the next
@@ -150,7 +150,7 @@ def _event(item: dict[str, Any]) -> Event:
 
 
 def replay_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
-    """The replay as the seed prints it: one line per message, role in brackets."""
+    """The replay, one line per message, role in brackets."""
     lines = []
     for message in messages:
         role = f"[{message['role']}]"
@@ -212,7 +212,7 @@ class Demo:
         return all(ok for _, ok in self.checks)
 
     def create_agent_session(self, session_id: str, title: str) -> None:
-        # Fixed ids, as the seed prints them (the HTTP API always generates ids).
+        # Fixed ids, so every run prints the same (the HTTP API always generates ids).
         with Journal.open(self.db) as journal:
             build().create_session(journal, title, session_id=session_id)
 
