@@ -36,7 +36,7 @@ from agentjournal import (
 )
 from agentjournal.tasks import new_task_id
 from expected import settled_feed
-from test_journal import RawSQL
+from helpers.raw_sql import RawSQL
 
 WAIT = 30.0  # bound on every wait; never an expected duration
 LEASE = 600.0  # a lease that cannot expire while a test runs
