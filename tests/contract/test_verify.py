@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from agentjournal import Journal
+from agentjournal import Difference, Journal
 from expected import settled_feed
 from helpers.contract import SEED_REPLAY, SUMMARY, seed
 from helpers.raw_sql import RawSQL
+from helpers.task_contract import LEASE, claim, new_session
 
 
 def test_verify_a_clean_journal(journal: Journal) -> None:
@@ -97,3 +98,35 @@ def test_verify_catches_a_wrong_counter_and_status(journal: Journal, raw: RawSQL
     journal.verify(rebuild=True)
     assert journal.verify().ok
     assert journal.get_session(sid).status == "active"
+
+
+def test_verify_finds_a_corrupted_task_row_and_rebuild_repairs_it(
+    journal: Journal, raw: RawSQL
+) -> None:
+    sid = new_session(journal)
+    task = journal.create_task(sid, "job")
+    journal.create_task(new_session(journal, "untouched"), "job")
+    assert journal.verify().ok
+    raw.execute("UPDATE tasks SET progress = 0.3 WHERE task_id = ?", (task.task_id,))
+    report = journal.verify()
+    assert not report.ok
+    assert report.differences == [Difference("tasks", task.task_id, "progress", 0.3, 0.0)]
+    assert report.rebuilt == []
+    assert journal.get_task(task.task_id).progress == 0.3  # verify alone repairs nothing
+    repaired = journal.verify(rebuild=True)
+    assert repaired.differences == report.differences
+    assert repaired.rebuilt == [sid]
+    assert journal.get_task(task.task_id) == task
+    assert journal.verify().ok
+
+
+def test_verify_finds_a_missing_and_an_extra_task_row(journal: Journal, raw: RawSQL) -> None:
+    sid = new_session(journal)
+    task = journal.create_task(sid, "job", {"x": 1})
+    claimed = claim(journal, lease_seconds=LEASE)
+    raw.execute("DELETE FROM tasks WHERE task_id = ?", (task.task_id,))
+    report = journal.verify()
+    assert report.differences == [Difference("tasks", task.task_id, "*", None, "row")]
+    journal.verify(rebuild=True)
+    assert journal.get_task(task.task_id) == claimed
+    assert journal.verify().ok
