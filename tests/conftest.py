@@ -1,7 +1,8 @@
 """Shared fixtures. `journal` is the contract fixture: every store test takes it, and every
 backend agentjournal ships is a parameter of it: SQLite (a file) and PostgreSQL (a schema of the
 server on 127.0.0.1:5432, see postgres_fixtures.py). `journal_url` opens the same database again,
-for tests that close and reopen it or hand it to another process."""
+for tests that close and reopen it or hand it to another process. `raw` is plain SQL on that
+database, for the tests (contract and SQLite-only alike) that check what the database enforces."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
+from helpers.raw_sql import RawSQL
 from postgres_fixtures import fresh_schema, url_for
 
 BACKENDS = ["sqlite", "postgres"]
@@ -39,3 +41,11 @@ def journal_url(backend: str, db_path: Path) -> Iterator[str]:
 def journal(journal_url: str) -> Iterator[Journal]:
     with Journal.open(journal_url) as opened:
         yield opened
+
+
+@pytest.fixture
+def raw(backend: str, journal: Journal, journal_url: str) -> Iterator[RawSQL]:
+    """Plain SQL on the database of the `journal` fixture, as any other program could send it."""
+    conn = RawSQL(backend, journal_url)
+    yield conn
+    conn.close()

@@ -8,7 +8,7 @@ import pytest
 
 from agentjournal import InvalidArgument, Journal
 from agentjournal.keys import KEY_PREFIX, ApiKeys
-from test_journal import RawSQL
+from helpers.raw_sql import RawSQL
 
 
 def test_a_key_authenticates_its_tenant_and_nothing_else(journal: Journal) -> None:

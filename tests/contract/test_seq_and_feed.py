@@ -1,0 +1,103 @@
+"""Numbering and reading events: seq, event ids, positions, paging a session and the feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentjournal import Event, InvalidArgument, Journal
+from expected import settled_feed
+from helpers.contract import PROMPT, SEED, msg, seed
+
+
+def test_seq_starts_at_session_created_and_has_no_gaps(journal: Journal, backend: str) -> None:
+    sid = seed(journal)
+    other = seed(journal, "other")
+    journal.append_many(sid, [msg("user_message", "a"), msg("assistant_message", "b")])
+    journal.append(other, "myapp.note", {})
+    journal.update_session(sid, title="renamed")
+    events = journal.events(sid)
+    assert [e.seq for e in events] == list(range(1, 11))
+    assert events[0].type == "session_created"
+    assert events[0].payload == {"title": "订单客服", "model": "scripted", "system_prompt": PROMPT}
+    assert [e.type for e in events[1:7]] == [e.type for e in SEED]
+    assert [e.payload for e in events[1:7]] == [e.payload for e in SEED]
+    assert {e.session_id for e in events} == {sid}
+    everything = settled_feed(journal)
+    ids = [e.event_id for e in everything]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids) == 18
+    assert len({e.position for e in everything}) == 18
+    assert all(isinstance(e.created_at, int) for e in everything)
+    if backend == "sqlite":
+        assert [e.position for e in everything] == [str(i) for i in ids]
+    assert journal.get_session(sid).last_seq == 10
+    assert journal.get_session(sid).event_count == 10
+
+
+def test_events_pages_by_seq(journal: Journal) -> None:
+    sid = seed(journal)
+    journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
+    everything = journal.events(sid, limit=1000)
+    assert [e.seq for e in everything] == list(range(1, 21))
+    seen, after = [], 0
+    while page := journal.events(sid, after=after, limit=3):
+        assert len(page) <= 3
+        seen += page
+        after = page[-1].seq
+    assert seen == everything
+    assert journal.events(sid, after=4, limit=2) == everything[4:6]
+    assert journal.events(sid, after=20) == []
+    assert journal.events(sid, after=99) == []
+    for bad in ({"after": -1}, {"limit": 0}, {"limit": 10**9}, {"after": "3"}, {"before": 0}):
+        with pytest.raises(InvalidArgument):
+            journal.events(sid, **bad)
+
+
+def test_events_read_backwards_from_the_end_with_before(journal: Journal) -> None:
+    sid = seed(journal)
+    journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
+    everything = journal.events(sid, limit=1000)
+    assert journal.events(sid, before=21, limit=3) == everything[-3:], "the newest, oldest first"
+    seen: list[Event] = []
+    before = journal.get_session(sid).last_seq + 1
+    while page := journal.events(sid, before=before, limit=4):
+        seen = page + seen
+        before = page[0].seq
+    assert seen == everything
+    assert journal.events(sid, after=5, before=9) == everything[5:8]
+    assert journal.events(sid, before=1) == []
+
+
+def test_events_all_pages_in_commit_order_within_the_tenant(journal: Journal) -> None:
+    one = journal.create_session("one").session_id
+    b = journal.for_tenant("b")
+    theirs = b.create_session("theirs").session_id
+    two = journal.create_session("two").session_id
+    order = [(one, 1), (two, 1)]
+    for i in range(5):
+        sid = one if i % 2 else two
+        journal.append(sid, "user_message", {"content": str(i)})
+        b.append(theirs, "user_message", {"content": str(i)})
+        order.append((sid, journal.get_session(sid).last_seq))
+    journal.append_many(one, [msg("user_message", "x"), msg("assistant_message", "y")])
+    order += [(one, 4), (one, 5)]
+    feed = settled_feed(journal)
+    assert [(e.session_id, e.seq) for e in feed] == order
+    for size in (1, 2, 3, 100):
+        seen: list[Any] = []
+        after = None
+        while page := journal.events_all(after=after, limit=size):
+            assert len(page) <= size
+            seen += page
+            after = page[-1].position
+        assert seen == feed
+    for index, event in enumerate(feed):
+        assert journal.events_all(after=event.position, limit=1000) == feed[index + 1 :]
+    assert {e.session_id for e in settled_feed(b)} == {theirs}
+    assert len(b.events_all()) == 6
+    with pytest.raises(InvalidArgument):
+        journal.events_all(after="not a position")
+    with pytest.raises(InvalidArgument):
+        journal.events_all(limit=0)
