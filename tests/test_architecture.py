@@ -145,6 +145,9 @@ PURE = {
     "integrations.known_state",
     "integrations.langgraph_events",
 }
+# The faces may import any module. aio_verbs is the half of `AsyncJournal` that
+# scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.
+FACES = {"", "journal", "aio", "aio_verbs", "demo", "cli"}
 IMPURE_STDLIB = {"sqlite3", "threading", "asyncio", "os", "subprocess", "socket", "pathlib"}
 
 
@@ -189,7 +192,7 @@ def test_dependencies_point_inward(module: str) -> None:
 def test_no_module_imports_itself_through_others() -> None:
     # The faces may import anything, so the rules alone would let a module import a face that
     # imports it back (as the task verbs once imported `Journal`, which inherits them).
-    library = set(ALLOWED) | {"journal", "aio"}
+    library = set(ALLOWED) | FACES - {"cli"}  # cli's own `from agentjournal.cli import` is no cycle
     imported = {module: imports_of(source_of(module))[0] & library for module in library}
 
     def path_back(start: str) -> list[str] | None:
@@ -209,13 +212,12 @@ def test_no_module_imports_itself_through_others() -> None:
 
 
 def test_every_module_is_covered_by_the_rules_or_is_a_face() -> None:
-    faces = {"", "journal", "aio", "demo", "cli"}
     modules = {
         module_name(p)
         for p in SRC.rglob("*.py")
         if not {"server", "cli", "inspector"} & set(p.relative_to(SRC).parts)
     }
-    assert modules - faces == set(ALLOWED)
+    assert modules - FACES == set(ALLOWED)
 
 
 def test_all_lists_exactly_the_public_names() -> None:
