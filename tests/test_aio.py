@@ -23,6 +23,7 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
+from agentjournal.live import PAGE_SIZE
 from expected import settled_feed
 
 WAIT = 30.0
@@ -227,6 +228,33 @@ def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(journal_url: s
         assert a_events == await aj.events(a)
         assert a_events[-1].payload == {"status": "deleted"}
         assert feed == await aj.events_all(after=start)
+
+    run(journal_url, body)
+
+
+def test_async_streams_read_on_across_pages(journal_url: str) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        # The deletion ends a full page: the session's stream ends on it, not on a short page.
+        sid = (await aj.create_session("pages")).session_id
+        remaining = 2 * PAGE_SIZE - 2  # between session_created and the deletion
+        while remaining:
+            batch = min(remaining, 100)
+            await aj.append_many(sid, [{"type": "test.note"} for _ in range(batch)])
+            remaining -= batch
+        await aj.delete_session(sid)
+        stored = await aj.events(sid, limit=2 * PAGE_SIZE + 1)
+        assert len(stored) == 2 * PAGE_SIZE
+        assert [e async for e in aj.subscribe(sid, poll_interval=NO_POLL)] == stored
+        resumed = [e async for e in aj.subscribe(sid, after=PAGE_SIZE, poll_interval=NO_POLL)]
+        assert resumed == stored[PAGE_SIZE:]
+
+        whole = settled_feed(aj.journal)
+        feed: list[Event] = []
+        async for event in aj.subscribe_all(poll_interval=NO_POLL):
+            feed.append(event)
+            if len(feed) == len(whole):
+                break
+        assert feed == whole
 
     run(journal_url, body)
 
