@@ -5,7 +5,7 @@ and waits blocking, `AsyncJournal` awaiting; both page through `Follow`, so they
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 from agentjournal.events import Event
@@ -26,8 +26,8 @@ class Follow(Generic[Cursor]):
     cursor_of: Callable[[Event], Cursor]
     ends_with_session: bool  # a session's stream ends after the event that deletes the session
     deleted: bool = False  # the session was deleted before the stream began: end once caught up
-    ended: bool = False
-    waits: bool = False
+    ended: bool = field(default=False, init=False)
+    waits: bool = field(default=False, init=False)
 
     def take(self, page: Sequence[Event]) -> Sequence[Event]:
         caught_up = len(page) < PAGE_SIZE
