@@ -17,8 +17,9 @@ demo: $(STAMP)
 	$(BIN)/agentjournal demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/python scripts/gen_aio.py --check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -23,6 +23,7 @@ from agentjournal import (
     SessionNotFound,
     UnknownToolCall,
 )
+from agentjournal.live import PAGE_SIZE
 from expected import settled_feed
 
 WAIT = 30.0
@@ -231,6 +232,33 @@ def test_async_subscribe_all_wakes_on_commit_and_ends_with_delete(journal_url: s
     run(journal_url, body)
 
 
+def test_async_streams_read_on_across_pages(journal_url: str) -> None:
+    async def body(aj: AsyncJournal) -> None:
+        # The deletion ends a full page: the session's stream ends on it, not on a short page.
+        sid = (await aj.create_session("pages")).session_id
+        remaining = 2 * PAGE_SIZE - 2  # between session_created and the deletion
+        while remaining:
+            batch = min(remaining, 100)
+            await aj.append_many(sid, [{"type": "test.note"} for _ in range(batch)])
+            remaining -= batch
+        await aj.delete_session(sid)
+        stored = await aj.events(sid, limit=2 * PAGE_SIZE + 1)
+        assert len(stored) == 2 * PAGE_SIZE
+        assert [e async for e in aj.subscribe(sid, poll_interval=NO_POLL)] == stored
+        resumed = [e async for e in aj.subscribe(sid, after=PAGE_SIZE, poll_interval=NO_POLL)]
+        assert resumed == stored[PAGE_SIZE:]
+
+        whole = settled_feed(aj.journal)
+        feed: list[Event] = []
+        async for event in aj.subscribe_all(poll_interval=NO_POLL):
+            feed.append(event)
+            if len(feed) == len(whole):
+                break
+        assert feed == whole
+
+    run(journal_url, body)
+
+
 def test_async_subscribers_wake_on_another_instances_commit(backend: str, journal_url: str) -> None:
     """Two `AsyncJournal`s on one PostgreSQL schema, as two servers would be: the subscribers
     of one poll every LONG_POLL seconds, so only the other's NOTIFY can bring them each event
@@ -358,20 +386,39 @@ def test_a_subscriber_on_a_closed_loop_does_not_fail_writers(journal_url: str) -
 
 def test_every_public_verb_of_journal_has_an_async_twin() -> None:
     import inspect
+    import re
 
-    from agentjournal import Journal
+    from agentjournal.aio_verbs import AsyncVerbs
 
-    # hold_turn is a sync context manager for the (sync) runtime's threads.
-    plumbing = {"open", "close", "for_tenant", "prepare_batch", "hold_turn"}
+    # hold_turn is a sync context manager for the (sync) runtime's threads; prepare_batch does
+    # no I/O. for_tenant makes a view without I/O: sync in both.
+    sync_only = {"prepare_batch", "hold_turn"}
+    sync_in_both = {"for_tenant"}
+    # dir() walks the bases too: the task verbs are inherited, and need their twins as much.
     verbs = {
         name
-        for name, member in vars(Journal).items()
-        if not name.startswith("_") and callable(member) and name not in plumbing
+        for name in dir(Journal)
+        if not name.startswith("_") and callable(getattr(Journal, name)) and name not in sync_only
     }
+    assert {"append", "create_task", "recover", "subscribe"} <= verbs
     missing = sorted(v for v in verbs if not hasattr(AsyncJournal, v))
     assert not missing, f"AsyncJournal lacks {missing}"
-    for name in verbs:
-        twin = getattr(AsyncJournal, name)
-        assert inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin), name
-        sync_params = list(inspect.signature(getattr(Journal, name)).parameters)
-        assert list(inspect.signature(twin).parameters) == sync_params, name
+    for name in sorted(verbs):
+        sync, twin = getattr(Journal, name), getattr(AsyncJournal, name)
+        sync_signature, twin_signature = inspect.signature(sync), inspect.signature(twin)
+        # Parameters compare by name, kind, default and annotation.
+        assert twin_signature.parameters == sync_signature.parameters, name
+        # Both modules postpone annotations: a return annotation is the source text.
+        returns = re.sub(r"\bJournal\b", "AsyncJournal", sync_signature.return_annotation)
+        if name in sync_in_both:
+            assert not inspect.iscoroutinefunction(twin), name
+            assert twin_signature.return_annotation == returns, name
+        elif inspect.isasyncgenfunction(twin):
+            assert sync_signature.return_annotation.startswith("Iterator["), name
+            assert twin_signature.return_annotation == f"Async{returns}", name
+        else:
+            # `async def f() -> T` is awaited for a T: the annotation stays the sync one's.
+            assert inspect.iscoroutinefunction(twin), name
+            assert twin_signature.return_annotation == returns, name
+        if name in vars(AsyncVerbs):
+            assert twin.__doc__ == sync.__doc__, name

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from agentjournal import Event, InvalidArgument, Journal, SessionNotFound
+from agentjournal.live import PAGE_SIZE, follow_feed, follow_session
 from postgres_fixtures import ADMIN_URL
 
 WAIT = 30.0
@@ -176,6 +177,7 @@ def test_backlog_longer_than_a_page(journal: Journal) -> None:
     stop(journal, sid)
     stored = journal.events(sid, limit=1000)
     assert len(stored) == 1 + 6 * 130 + 1
+    assert len(stored) - 123 > PAGE_SIZE  # both streams read more than one page
     from_start = Collector(journal.subscribe(sid, poll_interval=NO_POLL))
     from_middle = Collector(journal.subscribe(sid, after=123, poll_interval=NO_POLL))
     assert from_start.result() == stored
@@ -205,6 +207,66 @@ def test_stream_ends_after_delete_session(journal: Journal) -> None:
     )
     assert resumed.result() == []
     assert resumed.ended
+
+
+def test_a_deleted_session_of_whole_pages_ends_at_its_deletion(journal: Journal) -> None:
+    # The deletion is the last event of a full page: the stream ends on it, not on a short page.
+    sid = journal.create_session("pages").session_id
+    remaining = 2 * PAGE_SIZE - 2  # between session_created and the deletion
+    while remaining:
+        batch = min(remaining, 100)
+        journal.append_many(sid, [{"type": "test.note"} for _ in range(batch)])
+        remaining -= batch
+    journal.delete_session(sid)
+    stored = journal.events(sid, limit=2 * PAGE_SIZE + 1)
+    assert len(stored) == 2 * PAGE_SIZE
+    assert stored[-1].ends_session_stream
+    for after in (0, PAGE_SIZE, 2 * PAGE_SIZE - 1):
+        stream = Collector(
+            journal.subscribe(sid, after=after, poll_interval=NO_POLL), lambda _: False
+        )
+        assert stream.result() == stored[after:]
+        assert stream.ended
+
+
+def note(seq: int, type: str = "test.note", payload: dict[str, str] | None = None) -> Event:
+    return Event(seq, "sess_pages", seq, type, payload or {}, 0, position=str(seq))
+
+
+def test_a_stream_reads_on_after_a_full_page_and_waits_after_a_short_one() -> None:
+    stream = follow_session(0, deleted=False)
+    full = [note(seq) for seq in range(1, PAGE_SIZE + 1)]
+    assert stream.take(full) == full
+    assert (stream.cursor, stream.waits, stream.ended) == (PAGE_SIZE, False, False)
+    assert stream.take([note(PAGE_SIZE + 1)]) == [note(PAGE_SIZE + 1)]
+    assert (stream.cursor, stream.waits, stream.ended) == (PAGE_SIZE + 1, True, False)
+    assert stream.take([]) == []
+    assert (stream.cursor, stream.waits, stream.ended) == (PAGE_SIZE + 1, True, False)
+
+    feed = follow_feed(None)
+    assert feed.take(full[:3]) == full[:3]
+    assert (feed.cursor, feed.waits, feed.ended) == ("3", True, False)
+
+
+def test_a_session_stream_ends_at_the_deletion_or_once_caught_up_with_a_deleted_session() -> None:
+    deletion = note(3, "session_updated", {"status": "deleted"})
+    page = [note(1), note(2), deletion, note(4)]
+    stream = follow_session(0, deleted=False)
+    assert stream.take(page) == page[:3]
+    assert (stream.cursor, stream.ended, stream.waits) == (3, True, False)
+
+    # Deleted before the stream began: a full page reads on, the short page after it ends.
+    deleted = follow_session(0, deleted=True)
+    full = [note(seq) for seq in range(1, PAGE_SIZE + 1)]
+    assert deleted.take(full) == full
+    assert not deleted.ended
+    assert deleted.take([]) == []
+    assert (deleted.cursor, deleted.ended, deleted.waits) == (PAGE_SIZE, True, False)
+
+    # The feed of a tenant goes on past any session's deletion.
+    feed = follow_feed(None)
+    assert feed.take(page) == page
+    assert (feed.cursor, feed.ended, feed.waits) == ("4", False, True)
 
 
 def test_subscribe_rejects_what_it_cannot_follow(journal: Journal) -> None:

@@ -9,33 +9,19 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
-from agentjournal import projection, verify
+from agentjournal import live, projection, verify
 from agentjournal import tasks as transitions
-from agentjournal.appends import AppendOutcome, AppendRequest, append_group
-from agentjournal.arguments import (
-    MAX_INT,
-    MAX_PAGE,
-    check_id,
-    check_int,
-    now_ms,
-)
-from agentjournal.backends import EventRow, Storage, WriteTx
-from agentjournal.errors import (
-    Conflict,
-    InvalidArgument,
-    InvalidEvent,
-    JournalError,
-    SessionNotFound,
-)
+from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_ms
+from agentjournal.backends import EventRow, WriteTx
+from agentjournal.errors import Conflict, InvalidArgument, InvalidEvent, SessionNotFound
 from agentjournal.events import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Event,
     NewEvent,
     PreparedEvent,
     check_idempotency_key,
-    prepare,
 )
 from agentjournal.projection import Message, Session, ToolCall
 from agentjournal.replay import (
@@ -47,13 +33,14 @@ from agentjournal.replay import (
     fit_context,
     replay,
 )
-from agentjournal.rules import SessionState, resolve_retry
+from agentjournal.rules import resolve_retry
+from agentjournal.storage_url import Durability as Durability  # re-exported: integrations use it
+from agentjournal.storage_url import open_storage
 from agentjournal.task_verbs import TaskVerbs
 from agentjournal.verify import VerifyReport
 
 __all__ = ["MAX_INT", "MAX_PAGE", "Journal", "now_ms"]
 
-Durability = Literal["full", "normal"]
 EventLike = NewEvent | Mapping[str, Any]
 
 _STATUSES = {
@@ -77,17 +64,7 @@ class Journal(TaskVerbs):
     >>> journal.append(session.session_id, "user_message", {"content": "你好"})  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        storage: Storage,
-        *,
-        tenant: str = "default",
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    ) -> None:
-        self.storage = storage
-        self.tenant = check_id(tenant, "tenant")
-        self.max_payload_bytes = check_int(max_payload_bytes, "max_payload_bytes", 1)
-        self._owns_storage = True
+    _owns_storage = True  # False for a `for_tenant` view: the storage is its parent's to close
 
     @classmethod
     def open(
@@ -106,33 +83,8 @@ class Journal(TaskVerbs):
         PostgreSQL, `synchronous_commit = off`).
         """
         check_id(tenant, "tenant")
-        if durability not in ("full", "normal"):
-            raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
-        target = str(url)
-        if target.startswith(("postgresql://", "postgres://")):
-            try:
-                from agentjournal.backends.postgres import PostgresStorage
-            except ImportError as exc:
-                raise InvalidArgument(
-                    f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
-                    f" ({exc})"
-                ) from exc
-            return cls(
-                PostgresStorage(target, durability),
-                tenant=tenant,
-                max_payload_bytes=max_payload_bytes,
-            )
-        if target.startswith("sqlite:///"):
-            target = target[len("sqlite:///") :]
-        if not target or target == ":memory:" or target.startswith("file:"):
-            raise InvalidArgument(
-                f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
-            )
-        from agentjournal.backends.sqlite import SQLiteStorage
-
-        return cls(
-            SQLiteStorage(target, durability), tenant=tenant, max_payload_bytes=max_payload_bytes
-        )
+        storage = open_storage(url, durability)
+        return cls(storage, tenant=tenant, max_payload_bytes=max_payload_bytes)
 
     def for_tenant(self, tenant: str) -> Journal:
         """The same database, scoped to another tenant (closing it leaves the storage open)."""
@@ -457,54 +409,6 @@ class Journal(TaskVerbs):
         forked_id, created = self.storage.write(work)
         return self.get_session(forked_id), created
 
-    def _prepare(
-        self, type_: Any, payload: Any, key: Any = None, *, reserved: bool = False
-    ) -> PreparedEvent:
-        return prepare(
-            type_,
-            payload,
-            key,
-            max_payload_bytes=self.max_payload_bytes,
-            allow_reserved=reserved,
-        )
-
-    def _append(
-        self,
-        session_id: str,
-        batch: Sequence[PreparedEvent],
-        expected_seq: int | None,
-    ) -> tuple[list[Event], bool]:
-        check_id(session_id, "session_id")
-        if expected_seq is not None:
-            check_int(expected_seq, "expected_seq", 0)
-        request = AppendRequest(self.tenant, session_id, batch, expected_seq, now_ms())
-        outcome: AppendOutcome = self.storage.write_grouped(append_group, request)
-        return outcome
-
-    def _append_tx(
-        self,
-        tx: WriteTx,
-        session_id: str,
-        events: Sequence[PreparedEvent | tuple[str, dict[str, Any]]],
-    ) -> list[Event]:
-        """Append inside a write transaction another verb opened, under the same rules as
-        `append` (tuples are the journal's own reserved events, prepared here)."""
-        batch = [
-            e if isinstance(e, PreparedEvent) else self._prepare(*e, reserved=True) for e in events
-        ]
-        if not batch:
-            return []
-        request = AppendRequest(self.tenant, session_id, batch, None, now_ms())
-        outcome = append_group(tx, [request])[0]
-        if isinstance(outcome, JournalError):
-            raise outcome
-        return outcome[0]
-
-    def _state(self, tx: WriteTx, session_id: str) -> SessionState | None:
-        """The session's state if it exists in this journal's tenant."""
-        state = tx.session_states([session_id]).get(session_id)
-        return state if state is not None and state.tenant == self.tenant else None
-
     # -- reads ------------------------------------------------------------------------------
 
     def events(
@@ -665,19 +569,16 @@ class Journal(TaskVerbs):
         `poll_interval` seconds."""
         check_int(after, "after", 0)
         deleted = self.get_session(session_id).status == "deleted"
+        stream = live.follow_session(after, deleted=deleted)
         signal = self.storage.signal
-        cursor = after
-        while True:
-            seen = signal.version
-            page = self.storage.events(self.tenant, session_id, after=cursor, limit=500)
-            for event in page:
-                yield event
-                cursor = event.seq
-                if event.ends_session_stream:
-                    return
-            if len(page) < 500:
-                if deleted:
-                    return
+        while not stream.ended:
+            seen = signal.version  # before the read: a commit after it ends the wait below
+            yield from stream.take(
+                self.storage.events(
+                    self.tenant, session_id, after=stream.cursor, limit=live.PAGE_SIZE
+                )
+            )
+            if stream.waits:
                 signal.wait(seen, poll_interval)
 
     def subscribe_all(
@@ -685,15 +586,12 @@ class Journal(TaskVerbs):
     ) -> Iterator[Event]:
         """The tenant's global feed after `after` (a position), then live, in position order:
         every committed event once, as `events_all` promises."""
+        stream = live.follow_feed(after)
         signal = self.storage.signal
-        cursor = after
-        while True:
-            seen = signal.version
-            page = self.events_all(after=cursor, limit=500)
-            for event in page:
-                yield event
-                cursor = event.position
-            if len(page) < 500:
+        while not stream.ended:
+            seen = signal.version  # before the read: a commit after it ends the wait below
+            yield from stream.take(self.events_all(after=stream.cursor, limit=live.PAGE_SIZE))
+            if stream.waits:
                 signal.wait(seen, poll_interval)
 
     # -- verify -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ verb appends is decided by the pure transitions in `agentjournal.tasks`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentjournal import tasks as transitions
 from agentjournal.arguments import (
@@ -17,15 +17,12 @@ from agentjournal.arguments import (
     check_name,
     now_ms,
 )
-from agentjournal.backends import Storage, WriteTx
+from agentjournal.backends import WriteTx
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, TaskNotFound
-from agentjournal.events import MAX_TASK_RETRIES, TASK_STATUSES, Event, PreparedEvent
-from agentjournal.projection import Session, Task
-from agentjournal.rules import SessionState
+from agentjournal.events import MAX_TASK_RETRIES, TASK_STATUSES
+from agentjournal.journal_core import JournalCore
+from agentjournal.projection import Task
 from agentjournal.tasks import Recovery
-
-if TYPE_CHECKING:
-    from agentjournal.journal import Journal
 
 __all__ = ["TaskVerbs"]
 
@@ -36,31 +33,9 @@ _TASK_FILTERS: dict[str | None, tuple[str, ...] | None] = {
 }
 
 
-class TaskVerbs:
+class TaskVerbs(JournalCore):
     """create_task, get_task, tasks, claim_task, task_progress, complete_task, fail_task,
-    cancel_task, recover: for `Journal`, which provides what is declared below."""
-
-    storage: Storage
-    tenant: str
-
-    if TYPE_CHECKING:
-
-        def _prepare(
-            self, type_: Any, payload: Any, key: Any = None, *, reserved: bool = False
-        ) -> PreparedEvent: ...
-
-        def _append_tx(
-            self,
-            tx: WriteTx,
-            session_id: str,
-            events: Sequence[PreparedEvent | tuple[str, dict[str, Any]]],
-        ) -> list[Event]: ...
-
-        def _state(self, tx: WriteTx, session_id: str) -> SessionState | None: ...
-
-        def for_tenant(self, tenant: str) -> Journal: ...
-
-        def open_turns(self, *, all_tenants: bool = False) -> list[Session]: ...
+    cancel_task, recover: the task verbs `Journal` inherits."""
 
     def create_task(
         self,
@@ -286,11 +261,11 @@ class TaskVerbs:
         def work(tx: WriteTx) -> None:
             now = now_ms()
             for task in tx.expired_tasks(None if all_tenants else self.tenant, now, MAX_INT):
-                owner = self if task.tenant == self.tenant else self.for_tenant(task.tenant)
+                owner = self._in_tenant(task.tenant)
                 payload = transitions.expired(task)
                 owner._append_tx(tx, task.session_id, [("task_failed", payload)])
                 (recovery.requeued if payload["retry"] else recovery.failed).append(task.task_id)
 
         self.storage.write(work)
-        recovery.open_turns = self.open_turns(all_tenants=all_tenants)
+        recovery.open_turns = self.storage.open_turns(None if all_tenants else self.tenant)
         return recovery
