@@ -4,7 +4,7 @@ event as it commits, in order, with no gap and no duplicate, also when another p
 Each subscriber runs on a thread until a sentinel event (`test.stop`) arrives, so a stream that
 repeated or added anything at the end would show it; every wait is bounded by WAIT. In-process
 tests subscribe with a poll interval longer than WAIT: they pass only if a commit wakes the
-subscriber, as DESIGN.md promises, instead of the next poll finding it. On PostgreSQL the same
+subscriber, as the docs promise, instead of the next poll finding it. On PostgreSQL the same
 holds for commits made through another instance or process (LISTEN/NOTIFY); on SQLite those are
 found by polling.
 """

@@ -207,6 +207,12 @@ class AsyncVerbs:
         (docs/postgres.md)."""
         return await self._run(self.journal.events_all, after=after, limit=limit)
 
+    async def feed_head(self, *, after: str | None = None) -> str | None:
+        """The position of the tenant's newest committed event; None if it has none after
+        `after`. On PostgreSQL `events_all` may not show it yet (while an older transaction
+        runs): reading the feed until this position gives everything committed before."""
+        return await self._run(self.journal.feed_head, after=after)
+
     async def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
         """The transcript (user, assistant and system messages, corrections applied); with
         `last=N`, the latest N in chronological order."""

@@ -443,6 +443,14 @@ class Journal(TaskVerbs):
             raise InvalidArgument("after must be a position string, as Event.position gives it")
         return self.storage.events_all(self.tenant, after, limit)
 
+    def feed_head(self, *, after: str | None = None) -> str | None:
+        """The position of the tenant's newest committed event; None if it has none after
+        `after`. On PostgreSQL `events_all` may not show it yet (while an older transaction
+        runs): reading the feed until this position gives everything committed before."""
+        if after is not None and not isinstance(after, str):
+            raise InvalidArgument("after must be a position string, as Event.position gives it")
+        return self.storage.feed_head(self.tenant, after)
+
     def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
         """The transcript (user, assistant and system messages, corrections applied); with
         `last=N`, the latest N in chronological order."""

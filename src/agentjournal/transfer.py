@@ -12,6 +12,7 @@ nothing of it is written.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -20,24 +21,22 @@ from typing import Any, Final
 from agentjournal.appends import AppendRequest, append_group
 from agentjournal.arguments import check_id
 from agentjournal.backends import EventRow, WriteTx
-from agentjournal.errors import CorruptLine, JournalError
-from agentjournal.events import PreparedEvent, loads_strict, prepare
+from agentjournal.errors import CorruptLine, JournalError, StorageError
+from agentjournal.events import Event, PreparedEvent, loads_strict, prepare
 from agentjournal.journal import Journal
 
-__all__ = ["ImportReport", "export_lines", "import_lines"]
+__all__ = ["ImportReport", "committed_events", "export_lines", "import_lines"]
 
 PAGE: Final = 1000
 CHUNK: Final = 500  # lines stored per round of look-ups; bounds the import's memory
+HELD_BACK_WAIT: Final = 30.0  # seconds a read waits for the feed to show what was committed
 
 
 def export_lines(journal: Journal, session_ids: Sequence[str] | None = None) -> Iterator[str]:
     """The tenant's events (or only those of `session_ids`, in that order) as JSON lines without
     the newline: the whole tenant in feed order, each session's in seq order."""
     if session_ids is None:
-        after: str | None = None
-        while page := journal.events_all(after=after, limit=PAGE):
-            yield from (_line(event.to_dict()) for event in page)
-            after = page[-1].position
+        yield from (_line(event.to_dict()) for event in committed_events(journal))
         return
     for session_id in session_ids:
         journal.get_session(session_id)  # SessionNotFound before any line of it
@@ -45,6 +44,39 @@ def export_lines(journal: Journal, session_ids: Sequence[str] | None = None) -> 
         while page := journal.events(session_id, after=seq, limit=PAGE):
             yield from (_line(event.to_dict()) for event in page)
             seq = page[-1].seq
+
+
+def committed_events(
+    journal: Journal, after: str | None = None, *, wait_seconds: float = HELD_BACK_WAIT
+) -> Iterator[Event]:
+    """The tenant's events after `after`, in feed order, up to (at least) every event committed
+    before the call. The feed may stop short of them: on PostgreSQL it shows an event only once
+    every older transaction has ended, and one may be running anywhere in the database. So a
+    page that comes back empty before the newest committed event is waited on, not taken for the
+    end; `StorageError` if the feed still holds it back after `wait_seconds`."""
+    head = journal.feed_head(after=after)
+    waited, pause = 0.0, 0.01
+    while head is not None:
+        page = journal.events_all(after=after, limit=PAGE)
+        for event in page:
+            yield event
+            if event.position == head:
+                return
+        if page:
+            after, waited, pause = page[-1].position, 0.0, 0.01
+            continue
+        head = journal.feed_head(after=after)  # None: the rest was purged meanwhile
+        if head is not None:
+            if waited >= wait_seconds:
+                raise StorageError(
+                    f"the feed is held back at position {after!r}: events up to {head!r} are"
+                    " committed, but a transaction that began before them has run for over"
+                    f" {wait_seconds:g} s (PostgreSQL shows an event in the feed only once every"
+                    " older transaction has ended); end it and try again"
+                )
+            time.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 0.5)
 
 
 def _line(event: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from agentjournal import Conflict, Event, Journal, StorageError
 from agentjournal.backends import EventRow
 from agentjournal.backends.postgres_write import CommitUnknown
 from agentjournal.keys import ApiKeys
+from agentjournal.transfer import committed_events, export_lines
 from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, url_for
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
@@ -284,6 +285,33 @@ def test_gap_a_reader_resuming_after_its_last_position_gets_every_event_once(sch
         assert missed, "no interleaving provoked: the naive reader missed nothing"
         report = journal.verify()
         assert report.ok, report.to_dict()
+
+
+def test_a_read_of_what_was_committed_waits_while_an_older_transaction_holds_the_feed(
+    schema: str,
+) -> None:
+    """A transaction that took an id before our appends (here in another database of the
+    cluster: any counts) holds them back from `events_all`. `committed_events`, and so export,
+    waits for it instead of returning short; past its wait it says why, having lost nothing."""
+    with Journal.open(url(schema)) as journal:
+        sid = journal.create_session("held").session_id
+        before = settled_feed(journal, schema)
+        with closing(psycopg.connect(ADMIN_URL)) as other:
+            other.execute("SELECT pg_current_xact_id()")  # an id, then the transaction stays open
+            journal.append_many(sid, [{"type": "user_message", "payload": {"content": "x"}}] * 3)
+            assert feed(journal) == before  # held back, as docs/postgres.md says
+            with pytest.raises(StorageError, match="held back"):
+                list(committed_events(journal, wait_seconds=0.2))
+            ender = threading.Timer(0.3, other.commit)
+            ender.start()
+            try:
+                read = list(committed_events(journal))
+                lines = list(export_lines(journal))
+            finally:
+                ender.join()
+        assert [(e.session_id, e.seq) for e in read] == [(sid, seq) for seq in range(1, 5)]
+        assert read == settled_feed(journal, schema)
+        assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3, 4]
 
 
 def test_positions_order_as_numbers_where_transaction_ids_cross_a_power_of_ten(

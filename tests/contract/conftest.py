@@ -1,4 +1,4 @@
-"""The backend contract: the journal (DESIGN.md, "The journal") and its tasks, on every backend.
+"""The backend contract: the journal (docs/concepts.md) and its tasks, on every backend.
 
 Every test here takes the `journal` fixture (tests/conftest.py), so SQLite (a file) and PostgreSQL
 (a schema) run the same suite through the public `Journal` API. A rejected call must write

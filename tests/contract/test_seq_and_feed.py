@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agentjournal import Event, InvalidArgument, Journal
+from agentjournal.transfer import committed_events
 from expected import settled_feed
 from helpers.contract import PROMPT, SEED, msg, seed
 
@@ -101,3 +102,25 @@ def test_events_all_pages_in_commit_order_within_the_tenant(journal: Journal) ->
         journal.events_all(after="not a position")
     with pytest.raises(InvalidArgument):
         journal.events_all(limit=0)
+
+
+def test_feed_head_is_the_newest_committed_position_and_the_feed_reads_up_to_it(
+    journal: Journal,
+) -> None:
+    assert journal.feed_head() is None
+    assert list(committed_events(journal)) == []
+    one = journal.create_session("one").session_id
+    journal.append_many(one, [msg("user_message", "a"), msg("assistant_message", "b")])
+    journal.for_tenant("b").create_session("theirs")
+    feed = settled_feed(journal)
+    assert len(feed) == 3
+    assert journal.feed_head() == feed[-1].position
+    assert journal.feed_head(after=feed[0].position) == feed[-1].position
+    assert journal.feed_head(after=feed[-1].position) is None
+    assert list(committed_events(journal)) == feed
+    assert list(committed_events(journal, feed[0].position)) == feed[1:]
+    assert list(committed_events(journal, feed[-1].position)) == []
+    assert journal.for_tenant("c").feed_head() is None
+    for bad in (5, "not a position"):
+        with pytest.raises(InvalidArgument):
+            journal.feed_head(after=bad)  # type: ignore[arg-type]

@@ -161,6 +161,10 @@ class Storage(Protocol):
 
     def events_all(self, tenant: str, after: str | None, limit: int) -> list[Event]: ...
 
+    def feed_head(self, tenant: str, after: str | None) -> str | None:
+        """The position of the tenant's newest committed event, shown by `events_all` or not
+        yet; None if it has none after `after`."""
+
     def newest_compaction(
         self, tenant: str, session_id: str, until: int | None
     ) -> Event | None: ...

@@ -35,6 +35,7 @@ from agentjournal.backends.postgres_rows import (
     TASK_COLUMNS,
     TOOL_CALL_COLUMNS,
     decode_position,
+    encode_position,
     event_from_row,
     session_from_row,
 )
@@ -458,6 +459,16 @@ class PostgresStorage:
             (tenant, str(tx), event_id, limit),
         )
         return [event_from_row(row) for row in rows]
+
+    def feed_head(self, tenant: str, after: str | None) -> str | None:
+        tx, event_id = decode_position(after)
+        rows = self._read(
+            tenant,
+            "SELECT tx::text, event_id FROM events WHERE tenant = %s"
+            " AND (tx, event_id) > (%s::text::xid8, %s) ORDER BY tx DESC, event_id DESC LIMIT 1",
+            (tenant, str(tx), event_id),
+        )
+        return encode_position(int(rows[0][0]), rows[0][1]) if rows else None
 
     def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
         rows = self._read(

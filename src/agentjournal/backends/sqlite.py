@@ -328,6 +328,13 @@ class SQLiteStorage:
         )
         return [event_from_row(row) for row in rows]
 
+    def feed_head(self, tenant: str, after: str | None) -> str | None:
+        rows = self._read(
+            "SELECT max(event_id) FROM events WHERE tenant = ? AND event_id > ?",
+            (tenant, position_number(after)),
+        )
+        return None if rows[0][0] is None else str(rows[0][0])
+
     def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
         rows = self._read(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"

@@ -44,6 +44,7 @@ from agentjournal.cli.render import (
 from agentjournal.events import Event
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import Session, Task
+from agentjournal.transfer import committed_events
 
 SessionArgument = Annotated[
     str, typer.Argument(metavar="SESSION", help="The session id.", show_default=False)
@@ -264,7 +265,11 @@ def tail(
         with _stop_on_signals(), opened(db, tenant) as journal:
             events: Iterator[Event]
             if session_id is None:
-                events = journal.subscribe_all(after=after) if follow else _feed(journal, after)
+                events = (
+                    journal.subscribe_all(after=after)
+                    if follow
+                    else committed_events(journal, after)
+                )
             elif follow:
                 events = journal.subscribe(session_id, after=seq)
             else:
@@ -288,15 +293,6 @@ def _print_line(line: Text) -> None:
         console.print(line, soft_wrap=True)
     except SystemExit:  # how rich answers a closed pipe (stdout already points to devnull)
         raise BrokenPipeError from None
-
-
-def _feed(journal: Journal, after: str | None) -> Iterator[Event]:
-    while True:
-        page = journal.events_all(after=after, limit=MAX_PAGE)
-        yield from page
-        if len(page) < MAX_PAGE:
-            return
-        after = page[-1].position
 
 
 # -- compact ----------------------------------------------------------------------------------
