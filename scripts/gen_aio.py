@@ -33,8 +33,9 @@ LINE_LENGTH = 100  # pyproject.toml, [tool.ruff]
 # event loop instead of holding a thread.
 HAND_WRITTEN = {"open", "close", "for_tenant", "subscribe", "subscribe_all"}
 # No twin: `prepare_batch` does no I/O; `hold_turn` is a sync context manager for the (sync)
-# runtime's threads.
-SYNC_ONLY = {"prepare_batch", "hold_turn"}
+# runtime's threads; `keys` is the sync key store the server and the CLI administer, and
+# `database` a plain value.
+SYNC_ONLY = {"prepare_batch", "hold_turn", "keys", "database"}
 
 BUILTINS = {"bool", "bytes", "dict", "float", "int", "list", "None", "set", "str", "tuple"}
 

@@ -77,7 +77,7 @@ ALLOWED: dict[str, set[str]] = {
     "appends": {"backends", "errors", "events", "rules"},
     "keys": {"arguments", "backends", "errors"},
     # Export and import sit on the library's face and append through the same rules.
-    "transfer": {"appends", "arguments", "backends", "errors", "events", "journal"},
+    "transfer": {"appends", "arguments", "backends", "errors", "events"},
     "tasks": {"errors", "projection"},
     "arguments": {"errors"},
     # What every verb stands on, then the task verbs on it; `Journal` (a face) on both.
@@ -91,7 +91,8 @@ ALLOWED: dict[str, set[str]] = {
         "projection",
         "tasks",
     },
-    "storage_url": {"backends", "backends.postgres", "backends.sqlite", "errors"},
+    "backends.urls": {"backends", "backends.postgres", "backends.sqlite", "errors"},
+    "backup": {"backends", "backends.sqlite_backup", "backends.urls", "errors"},
     "live": {"events"},
     # The agent runtime sits on the library's face (`Journal`), never on a backend.
     "runtime.agent": {"errors", "events", "journal", "projection"},
@@ -271,3 +272,40 @@ def test_importing_agentjournal_imports_no_framework() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+# `Journal` is written in three modules (its verbs on `JournalCore`, the task verbs between);
+# with its async twin and the backends they are the only code that may hold a storage.
+STORAGE_HOLDERS = {"journal", "journal_core", "task_verbs", "aio", "aio_verbs"}
+
+
+def storage_uses(path: Path) -> list[int]:
+    """The lines of `path` that read an attribute named `storage` (`journal.storage`, ...)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "storage"
+    )
+
+
+def test_only_the_journal_and_the_backends_touch_a_storage() -> None:
+    # The edges (CLI, server, runtime, integrations, export and import) go through the façade's
+    # verbs; a verb they need belongs on `Journal`, not in a reach past it.
+    uses = {
+        str(path.relative_to(SRC)): lines
+        for path in sorted(SRC.rglob("*.py"))
+        if module_name(path) not in STORAGE_HOLDERS
+        and path.relative_to(SRC).parts[0] != "backends"
+        and (lines := storage_uses(path))
+    }
+    assert uses == {}, f"reach past Journal to its storage: {uses}"
+    assert storage_uses(SRC / "journal.py"), "the scan must see what it looks for"
+
+
+def test_the_cli_imports_no_backend_module() -> None:
+    found = {
+        path.name: sorted(m for m in imports_of(path)[0] if m.split(".")[0] == "backends")
+        for path in sorted((SRC / "cli").glob("*.py"))
+    }
+    assert {name: mods for name, mods in found.items() if mods} == {}

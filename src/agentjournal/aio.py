@@ -50,6 +50,7 @@ class AsyncJournal(AsyncVerbs):
         tenant: str = "default",
         durability: Durability = "full",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        create: bool = True,
     ) -> AsyncJournal:
         journal = await asyncio.to_thread(
             Journal.open,
@@ -57,6 +58,7 @@ class AsyncJournal(AsyncVerbs):
             tenant=tenant,
             durability=durability,
             max_payload_bytes=max_payload_bytes,
+            create=create,
         )
         return cls(journal)
 

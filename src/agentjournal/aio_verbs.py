@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
@@ -17,6 +17,7 @@ from agentjournal.journal import EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import ContextFit, Format, ReplayFormat, Tokenizer
 from agentjournal.tasks import Recovery
+from agentjournal.transfer import ImportReport
 from agentjournal.verify import VerifyReport
 
 __all__ = ["AsyncVerbs"]
@@ -161,6 +162,15 @@ class AsyncVerbs:
             self.journal.compact, session_id, until_seq, summary, idempotency_key=idempotency_key
         )
 
+    async def compact_ex(
+        self, session_id: str, until_seq: int, summary: str, *, idempotency_key: str | None = None
+    ) -> tuple[Event, bool]:
+        """`compact`, also telling whether the event was written now (False: an idempotent
+        retry, and this is the original)."""
+        return await self._run(
+            self.journal.compact_ex, session_id, until_seq, summary, idempotency_key=idempotency_key
+        )
+
     async def fork(
         self,
         session_id: str,
@@ -273,6 +283,27 @@ class AsyncVerbs:
         """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
         tool result after the newest assistant message. Read through a partial index."""
         return await self._run(self.journal.open_turns, all_tenants=all_tenants)
+
+    async def import_lines(
+        self,
+        open_lines: Callable[[], Iterable[str | bytes]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Store the events of a JSON Lines export (`agentjournal.transfer.export_lines`) in this
+        tenant, all or nothing: a corrupt line anywhere rejects the file, naming its line.
+
+        `open_lines` is called for a fresh iteration each time the write runs (PostgreSQL reruns
+        a transaction a lost connection rolled back). A line may start a session (seq 1, its
+        `session_created`; the id must be free) or continue one, from this file or already
+        stored, at exactly its next seq. Blank lines are skipped. `progress` gets the number of
+        lines read so far."""
+        return await self._run(self.journal.import_lines, open_lines, progress=progress)
+
+    async def tenants(self) -> list[str]:
+        """Every tenant with a session in the database, in name order (whichever tenant this
+        journal is scoped to)."""
+        return await self._run(self.journal.tenants)
 
     async def verify(self, *, rebuild: bool = False) -> VerifyReport:
         """Rebuild every projection of this tenant from the journal with the pure fold, compare

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from agentjournal import live, projection, verify
+from agentjournal import live, projection, transfer, verify
 from agentjournal import tasks as transitions
 from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_ms
 from agentjournal.backends import EventRow, WriteTx
+from agentjournal.backends.urls import Durability as Durability  # re-exported: integrations use it
+from agentjournal.backends.urls import open_storage
 from agentjournal.errors import Conflict, InvalidArgument, InvalidEvent, SessionNotFound
 from agentjournal.events import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -23,6 +25,7 @@ from agentjournal.events import (
     PreparedEvent,
     check_idempotency_key,
 )
+from agentjournal.keys import ApiKeys
 from agentjournal.projection import Message, Session, ToolCall
 from agentjournal.replay import (
     REPLAY_FORMATS,
@@ -34,9 +37,8 @@ from agentjournal.replay import (
     replay,
 )
 from agentjournal.rules import resolve_retry
-from agentjournal.storage_url import Durability as Durability  # re-exported: integrations use it
-from agentjournal.storage_url import open_storage
 from agentjournal.task_verbs import TaskVerbs
+from agentjournal.transfer import ImportReport
 from agentjournal.verify import VerifyReport
 
 __all__ = ["MAX_INT", "MAX_PAGE", "Journal", "now_ms"]
@@ -74,16 +76,19 @@ class Journal(TaskVerbs):
         tenant: str = "default",
         durability: Durability = "full",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        create: bool = True,
     ) -> Journal:
         """Open (creating if needed) a journal: a SQLite file path or `sqlite:///path`, or a
         `postgresql://` URL (docs/postgres.md: options `schema`, `pooler`, `pool_size`).
+        `create=False` refuses (`InvalidArgument`) a SQLite file that does not exist, so that a
+        mistyped path does not leave an empty database behind.
 
         `durability="full"` (the default) survives power loss; `"normal"` survives a process
         crash but may lose the last acknowledged commits on power loss (never half of one; on
         PostgreSQL, `synchronous_commit = off`).
         """
         check_id(tenant, "tenant")
-        storage = open_storage(url, durability)
+        storage = open_storage(url, durability, create=create)
         return cls(storage, tenant=tenant, max_payload_bytes=max_payload_bytes)
 
     def for_tenant(self, tenant: str) -> Journal:
@@ -328,12 +333,22 @@ class Journal(TaskVerbs):
         idempotency_key: str | None = None,
     ) -> Event:
         """Record that the model's context up to `until_seq` is replaced by `summary`."""
-        return self.append(
-            session_id,
-            "context_compacted",
-            {"summary": summary, "until_seq": until_seq},
-            idempotency_key=idempotency_key,
-        )
+        return self.compact_ex(session_id, until_seq, summary, idempotency_key=idempotency_key)[0]
+
+    def compact_ex(
+        self,
+        session_id: str,
+        until_seq: int,
+        summary: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> tuple[Event, bool]:
+        """`compact`, also telling whether the event was written now (False: an idempotent
+        retry, and this is the original)."""
+        payload = {"summary": summary, "until_seq": until_seq}
+        event = self._prepare("context_compacted", payload, idempotency_key)
+        events, created = self._append(session_id, [event], None)
+        return events[0], created
 
     def fork(
         self,
@@ -603,6 +618,41 @@ class Journal(TaskVerbs):
                 signal.wait(seen, poll_interval)
 
     # -- verify -----------------------------------------------------------------------------
+
+    def import_lines(
+        self,
+        open_lines: Callable[[], Iterable[str | bytes]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Store the events of a JSON Lines export (`agentjournal.transfer.export_lines`) in this
+        tenant, all or nothing: a corrupt line anywhere rejects the file, naming its line.
+
+        `open_lines` is called for a fresh iteration each time the write runs (PostgreSQL reruns
+        a transaction a lost connection rolled back). A line may start a session (seq 1, its
+        `session_created`; the id must be free) or continue one, from this file or already
+        stored, at exactly its next seq. Blank lines are skipped. `progress` gets the number of
+        lines read so far."""
+        work = transfer.import_work(self.tenant, self.max_payload_bytes, open_lines, progress)
+        return self.storage.write(work)
+
+    @property
+    def database(self) -> int:
+        """The same number for every journal over one open database (this one and its
+        `for_tenant` views) while it is open: a key for state kept per database beside them."""
+        return id(self.storage)
+
+    @property
+    def keys(self) -> ApiKeys:
+        """The HTTP service's API keys, stored beside the journal: create, check, list and
+        revoke them. They belong to the database, not to this journal's tenant: each key names
+        the tenant it acts for."""
+        return ApiKeys(self.storage)
+
+    def tenants(self) -> list[str]:
+        """Every tenant with a session in the database, in name order (whichever tenant this
+        journal is scoped to)."""
+        return self.storage.tenants()
 
     def verify(self, *, rebuild: bool = False) -> VerifyReport:
         """Rebuild every projection of this tenant from the journal with the pure fold, compare

@@ -37,7 +37,7 @@ class ApiKeys:
     """Create, check, list and revoke the keys stored beside the journal."""
 
     def __init__(self, storage: Storage) -> None:
-        self.storage = storage
+        self._storage = storage
 
     def create(self, tenant: str, label: str = "") -> tuple[ApiKeyRow, str]:
         """A new key for `tenant`: its stored row and the key itself (shown only now)."""
@@ -45,7 +45,7 @@ class ApiKeys:
         key_id = base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()[:10]
         secret = secrets.token_urlsafe(32)
         row = ApiKeyRow(key_id, tenant, _hash(secret), label, time.time_ns() // 1_000_000)
-        self.storage.write(lambda tx: tx.insert_api_key(row))
+        self._storage.write(lambda tx: tx.insert_api_key(row))
         return row, f"{KEY_PREFIX}{key_id}_{secret}"
 
     def tenant_of(self, key: str) -> str | None:
@@ -53,7 +53,7 @@ class ApiKeys:
         match = _KEY.match(key)
         if match is None:
             return None
-        row = self.storage.api_key(match.group(1))
+        row = self._storage.api_key(match.group(1))
         if row is None or row.revoked_at is not None:
             return None
         if not hmac.compare_digest(row.secret_hash, _hash(match.group(2))):
@@ -61,11 +61,11 @@ class ApiKeys:
         return row.tenant
 
     def list(self, tenant: str | None = None) -> list[ApiKeyRow]:
-        return self.storage.api_keys(tenant)
+        return self._storage.api_keys(tenant)
 
     def revoke(self, key_id: str) -> bool:
         at = time.time_ns() // 1_000_000
-        return self.storage.write(lambda tx: tx.revoke_api_key(key_id, at))
+        return self._storage.write(lambda tx: tx.revoke_api_key(key_id, at))
 
     def any_active(self) -> bool:
-        return any(row.revoked_at is None for row in self.storage.api_keys(None))
+        return any(row.revoked_at is None for row in self._storage.api_keys(None))

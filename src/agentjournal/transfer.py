@@ -16,20 +16,34 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from agentjournal.appends import AppendRequest, append_group
 from agentjournal.arguments import check_id
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.errors import CorruptLine, JournalError, StorageError
 from agentjournal.events import Event, PreparedEvent, loads_strict, prepare
-from agentjournal.journal import Journal
 
-__all__ = ["ImportReport", "committed_events", "export_lines", "import_lines"]
+__all__ = ["ImportReport", "committed_events", "export_lines", "import_lines", "import_work"]
 
 PAGE: Final = 1000
 CHUNK: Final = 500  # lines stored per round of look-ups; bounds the import's memory
 HELD_BACK_WAIT: Final = 30.0  # seconds a read waits for the feed to show what was committed
+
+OpenLines = Callable[[], Iterable[str | bytes]]
+
+
+class Journal(Protocol):
+    """What export and import use of `agentjournal.Journal` (which imports this module for its
+    `import_lines` verb, so this one names only the verbs it calls)."""
+
+    def get_session(self, session_id: str) -> Any: ...
+    def events(self, session_id: str, *, after: int = 0, limit: int = ...) -> list[Event]: ...
+    def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]: ...
+    def feed_head(self, *, after: str | None = None) -> str | None: ...
+    def import_lines(
+        self, open_lines: OpenLines, *, progress: Callable[[int], None] | None = None
+    ) -> ImportReport: ...
 
 
 def export_lines(journal: Journal, session_ids: Sequence[str] | None = None) -> Iterator[str]:
@@ -100,30 +114,31 @@ class _Line:
 
 
 def import_lines(
-    journal: Journal,
-    open_lines: Callable[[], Iterable[str | bytes]],
-    *,
-    progress: Callable[[int], None] | None = None,
+    journal: Journal, open_lines: OpenLines, *, progress: Callable[[int], None] | None = None
 ) -> ImportReport:
-    """Store the events of a JSON Lines export in `journal`'s tenant, all or nothing.
+    """`journal.import_lines(open_lines, progress=progress)`."""
+    return journal.import_lines(open_lines, progress=progress)
 
-    `open_lines` is called for a fresh iteration each time the write runs (PostgreSQL reruns a
-    transaction a lost connection rolled back). A line may start a session (seq 1, its
-    `session_created`; the id must be free) or continue one, from this file or already stored, at
-    exactly its next seq. Blank lines are skipped. `progress` gets the number of lines read so far.
-    """
+
+def import_work(
+    tenant: str,
+    max_payload_bytes: int,
+    open_lines: OpenLines,
+    progress: Callable[[int], None] | None,
+) -> Callable[[WriteTx], ImportReport]:
+    """The write transaction's work of `Journal.import_lines`, into `tenant`."""
 
     def work(tx: WriteTx) -> ImportReport:
         totals = _Totals()
         numbered = enumerate(open_lines(), start=1)
         while chunk := list(islice(numbered, CHUNK)):
-            lines = [_parse(journal, n, text) for n, text in chunk if text.strip()]
-            _store(tx, journal.tenant, lines, totals)
+            lines = [_parse(max_payload_bytes, n, text) for n, text in chunk if text.strip()]
+            _store(tx, tenant, lines, totals)
             if progress is not None:
                 progress(chunk[-1][0])
         return ImportReport(totals.events, len(totals.created), len(totals.extended))
 
-    return journal.storage.write(work)
+    return work
 
 
 class _Totals:
@@ -133,7 +148,7 @@ class _Totals:
         self.extended: set[str] = set()
 
 
-def _parse(journal: Journal, number: int, text: str | bytes) -> _Line:
+def _parse(max_payload_bytes: int, number: int, text: str | bytes) -> _Line:
     try:
         data = loads_strict(text)
         if not isinstance(data, dict):
@@ -151,7 +166,7 @@ def _parse(journal: Journal, number: int, text: str | bytes) -> _Line:
             data["type"],
             data["payload"],
             data.get("idempotency_key"),
-            max_payload_bytes=journal.max_payload_bytes,
+            max_payload_bytes=max_payload_bytes,
             allow_reserved=True,
         )
         session_id = check_id(data["session_id"], "session_id")

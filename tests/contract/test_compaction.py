@@ -86,3 +86,18 @@ def test_compaction_rules(journal: Journal, long_seed: str) -> None:
             ],
         ),
     )
+
+
+def test_compact_ex_tells_a_new_compaction_from_a_retried_one(
+    journal: Journal, long_seed: str
+) -> None:
+    event, created = journal.compact_ex(long_seed, 7, SUMMARY, idempotency_key="compact-1")
+    assert created
+    assert (event.type, event.payload) == (
+        "context_compacted",
+        {"summary": SUMMARY, "until_seq": 7},
+    )
+    again, created_again = journal.compact_ex(long_seed, 7, SUMMARY, idempotency_key="compact-1")
+    assert (again, created_again) == (event, False)
+    assert journal.compact(long_seed, 7, SUMMARY, idempotency_key="compact-1") == event
+    assert journal.get_session(long_seed).last_seq == event.seq  # written once

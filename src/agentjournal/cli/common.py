@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Final, NoReturn
 
 import typer
@@ -29,12 +28,10 @@ __all__ = [
     "console",
     "errors",
     "fail",
-    "is_postgres",
     "local_time",
     "opened",
     "print_json",
     "require_extra",
-    "sqlite_path",
 ]
 
 EXIT_OK: Final = 0
@@ -101,14 +98,6 @@ def require_extra(extra: str, command: str, *modules: str) -> None:
             )
 
 
-def is_postgres(db: str) -> bool:
-    return db.startswith(("postgresql://", "postgres://"))
-
-
-def sqlite_path(db: str) -> Path:
-    return Path(db[len("sqlite:///") :] if db.startswith("sqlite:///") else db)
-
-
 @contextmanager
 def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterator[Journal]:
     """The journal at `db`; a `JournalError` from the block becomes a message and exit 2.
@@ -116,12 +105,10 @@ def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterato
     Opening a SQLite path creates the file, so commands that only read refuse a path that does
     not exist: a typo must not leave an empty database behind and report "no sessions".
     """
-    if not create and not is_postgres(db) and not sqlite_path(db).is_file():
-        fail(f"no database at {db!r} (pass --db or set AGENTJOURNAL_DB)")
     try:
-        journal = Journal.open(db, tenant=tenant)
-    except JournalError as exc:
-        fail(f"cannot open {db!r}: {exc}")
+        journal = Journal.open(db, tenant=tenant, create=create)
+    except JournalError as exc:  # a missing file among them: says which, and how to name another
+        fail(f"cannot open {db!r}: {exc} (pass --db or set AGENTJOURNAL_DB)")
     try:
         yield journal
     except JournalError as exc:

@@ -30,16 +30,14 @@ from agentjournal.cli.common import (
     console,
     errors,
     fail,
-    is_postgres,
     opened,
     print_json,
-    sqlite_path,
 )
 from agentjournal.errors import JournalError
 from agentjournal.verify import VerifyReport
 
 if TYPE_CHECKING:
-    from agentjournal.backends.sqlite_backup import CopyReport
+    from agentjournal.backup import CopyReport
 
 __all__: list[str] = []
 
@@ -67,7 +65,7 @@ def verify(
     reports: dict[str, VerifyReport] = {}
     remaining = False
     with opened(db) as journal:
-        tenants = [tenant] if tenant is not None else journal.storage.tenants() or ["default"]
+        tenants = [tenant] if tenant is not None else journal.tenants() or ["default"]
         for name in tenants:
             scoped = journal.for_tenant(name)
             reports[name] = scoped.verify(rebuild=rebuild)
@@ -109,12 +107,6 @@ def _print_verify(reports: dict[str, VerifyReport], rebuild: bool) -> None:
             )
 
 
-def _sqlite_only(db: str, command: str, instead: str) -> Path:
-    if is_postgres(db):
-        fail(f"{command} works on SQLite files; for PostgreSQL use {instead}")
-    return sqlite_path(db)
-
-
 @app.command()
 def backup(
     destination: Annotated[Path, typer.Argument(help="The file to write (must not exist).")],
@@ -129,11 +121,10 @@ def backup(
 
     Example: agentjournal backup /backups/agent-2026-12-02.db --db agent.db
     """
-    from agentjournal.backends.sqlite_backup import backup as take_backup
+    from agentjournal.backup import backup as take_backup
 
-    source = _sqlite_only(db, "backup", "pg_dump (docs/postgres.md)")
-    with _status(f"backing up {source}", quiet=as_json):
-        report = _run(lambda: take_backup(source, destination, overwrite=overwrite))
+    with _status(f"backing up {db}", quiet=as_json):
+        report = _run(lambda: take_backup(db, destination, overwrite=overwrite))
     _print_copy(report, "backed up", as_json)
 
 
@@ -153,11 +144,10 @@ def restore(
 
     Example: agentjournal restore /backups/agent-2026-12-02.db --db agent.db --force
     """
-    from agentjournal.backends.sqlite_backup import restore as restore_backup
+    from agentjournal.backup import restore as restore_backup
 
-    target = _sqlite_only(db, "restore", "pg_restore (docs/postgres.md)")
-    with _status(f"restoring into {target}", quiet=as_json):
-        report = _run(lambda: restore_backup(backup_file, target, force=force))
+    with _status(f"restoring into {db}", quiet=as_json):
+        report = _run(lambda: restore_backup(backup_file, db, force=force))
     _print_copy(report, "restored", as_json)
 
 

@@ -76,7 +76,6 @@ def serve(
     import uvicorn
 
     from agentjournal.journal import Journal
-    from agentjournal.keys import ApiKeys
     from agentjournal.server import Limits, create_app
     from agentjournal.server.service import open_bind_refusal
 
@@ -85,7 +84,7 @@ def serve(
         journal = Journal.open(db, max_payload_bytes=max_event_bytes)
     except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
         fail(f"cannot open {db!r}: {exc}")
-    refusal = open_bind_refusal(host, keys_exist=ApiKeys(journal.storage).any_active())
+    refusal = open_bind_refusal(host, keys_exist=journal.keys.any_active())
     if refusal is not None:
         journal.close()
         typer.echo(refusal, err=True)
@@ -139,14 +138,13 @@ def keys_create(
 
     Example: agentjournal keys create --tenant acme --db agent.db
     """
-    from agentjournal.keys import ApiKeys
 
     try:
         check_id(tenant, "tenant")  # before opening: a refused key must not create the database
     except InvalidArgument as exc:
         fail(str(exc))
     with opened(db, create=True) as journal:
-        row, key = ApiKeys(journal.storage).create(tenant, label)
+        row, key = journal.keys.create(tenant, label)
     if as_json:
         print_json({"key": key, "key_id": row.key_id, "tenant": row.tenant})
     else:
@@ -167,10 +165,9 @@ def keys_list(
 
     Example: agentjournal keys list --db agent.db --tenant acme
     """
-    from agentjournal.keys import ApiKeys
 
     with opened(db) as journal:
-        rows = ApiKeys(journal.storage).list(tenant)
+        rows = journal.keys.list(tenant)
     listed = [
         {
             "key_id": row.key_id,
@@ -200,10 +197,9 @@ def keys_revoke(
 
     Example: agentjournal keys revoke ms4la5a66b --db agent.db
     """
-    from agentjournal.keys import ApiKeys
 
     with opened(db) as journal:
-        revoked = ApiKeys(journal.storage).revoke(key_id)
+        revoked = journal.keys.revoke(key_id)
     if not revoked:
         typer.echo(f"no active key {key_id}", err=True)
         raise typer.Exit(EXIT_PROBLEMS)

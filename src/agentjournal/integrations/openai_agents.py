@@ -64,8 +64,8 @@ _shared_guard = threading.Lock()
 
 
 def _shared_for(journal: Journal, session_id: str) -> _Shared:
-    # The storage's id cannot be reused while the entry lives: its sessions keep it alive.
-    key = (id(journal.storage), journal.tenant, session_id)
+    # The database's number cannot be reused while the entry lives: its sessions keep it open.
+    key = (journal.database, journal.tenant, session_id)
     with _shared_guard:
         found = _shared.get(key)
         if found is None:

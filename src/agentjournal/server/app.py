@@ -17,7 +17,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentjournal import inspector
 from agentjournal.aio import AsyncJournal
 from agentjournal.journal import MAX_INT, Journal
-from agentjournal.keys import ApiKeys
 from agentjournal.runtime import Agent
 from agentjournal.server import task_routes, turn_routes
 from agentjournal.server.agent_host import AgentHost
@@ -266,15 +265,10 @@ async def compact(
     tenant: Tenant,
     key: IdempotencyKey = None,
 ) -> JSONResponse:
-    batch = [
-        {
-            "type": "context_compacted",
-            "payload": {"summary": body.summary, "until_seq": body.until_seq},
-            "idempotency_key": key,
-        }
-    ]
-    events, created = await journal_for(request, tenant).append_many_ex(session_id, batch)
-    return created_response(EventOut.of(events[0]), created)
+    event, created = await journal_for(request, tenant).compact_ex(
+        session_id, body.until_seq, body.summary, idempotency_key=key
+    )
+    return created_response(EventOut.of(event), created)
 
 
 @router.get(
@@ -313,7 +307,7 @@ def create_app(
     """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
     soon as one active key exists; otherwise every request is tenant 'default'. With an `agent`,
     `/turns` runs it, and start-up finishes the turns a crash cut before the first request."""
-    keys = ApiKeys(journal.storage)
+    keys = journal.keys
     service = Service(
         journal=AsyncJournal(journal),
         keys=keys,

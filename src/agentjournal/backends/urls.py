@@ -1,0 +1,52 @@
+"""From what `Journal.open` is given to a storage: a SQLite file path or `sqlite:///path`, or a
+`postgresql://` URL. Each backend is imported only when a URL names it, so SQLite users need no
+PostgreSQL driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from agentjournal.backends import Storage
+from agentjournal.errors import InvalidArgument
+
+__all__ = ["Durability", "open_storage", "sqlite_file"]
+
+Durability = Literal["full", "normal"]
+
+
+def sqlite_file(url: str | Path) -> Path | None:
+    """The SQLite file `url` names (a path or `sqlite:///path`); None for a PostgreSQL URL.
+    `InvalidArgument` for what cannot be a journal's file."""
+    target = str(url)
+    if target.startswith(("postgresql://", "postgres://")):
+        return None
+    if target.startswith("sqlite:///"):
+        target = target[len("sqlite:///") :]
+    if not target or target == ":memory:" or target.startswith("file:"):
+        raise InvalidArgument(
+            f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
+        )
+    return Path(target)
+
+
+def open_storage(url: str | Path, durability: Durability, *, create: bool = True) -> Storage:
+    """The storage at `url`; with `create=False`, `InvalidArgument` if it is a SQLite file that
+    does not exist (a PostgreSQL database is always there: its schema is created as needed)."""
+    if durability not in ("full", "normal"):
+        raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
+    path = sqlite_file(url)
+    if path is None:
+        try:
+            from agentjournal.backends.postgres import PostgresStorage
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
+                f" ({exc})"
+            ) from exc
+        return PostgresStorage(str(url), durability)
+    if not create and not path.is_file():
+        raise InvalidArgument(f"no database at {str(url)!r}")
+    from agentjournal.backends.sqlite import SQLiteStorage
+
+    return SQLiteStorage(str(path), durability)
