@@ -617,7 +617,7 @@ class Journal(TaskVerbs):
             if stream.waits:
                 signal.wait(seen, poll_interval)
 
-    # -- verify -----------------------------------------------------------------------------
+    # -- the database -----------------------------------------------------------------------
 
     def import_lines(
         self,
@@ -653,6 +653,8 @@ class Journal(TaskVerbs):
         """Every tenant with a session in the database, in name order (whichever tenant this
         journal is scoped to)."""
         return self.storage.tenants()
+
+    # -- verify -----------------------------------------------------------------------------
 
     def verify(self, *, rebuild: bool = False) -> VerifyReport:
         """Rebuild every projection of this tenant from the journal with the pure fold, compare
