@@ -62,7 +62,10 @@ def list_sessions(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many.")] = 50,
     search: Annotated[
-        str | None, typer.Option(help="Only sessions whose title or id contains this (any case).")
+        str | None,
+        typer.Option(
+            help="Only sessions whose title or id contains this (any case, at most 200 characters)."
+        ),
     ] = None,
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
