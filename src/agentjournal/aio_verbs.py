@@ -112,11 +112,24 @@ class AsyncVerbs:
         return await self._run(self.journal.purge_session, session_id, actor=actor)
 
     async def sessions(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        search: str | None = None,
     ) -> list[Session]:
         """Sessions by most recent activity. `status` None means active and archived; "deleted"
-        or "all" include deleted ones. Next page: `cursor=page[-1].last_position`."""
-        return await self._run(self.journal.sessions, status=status, limit=limit, cursor=cursor)
+        or "all" include deleted ones. Next page: `cursor=page[-1].last_position`, with the
+        same `status` and `search`.
+
+        `search` keeps the sessions whose title or id contains it, in any case (both sides
+        lowercased, non-ASCII letters too); it is matched as given, not trimmed, and `%` or `_`
+        are plain characters. An empty `search` matches every session, as None does. At most
+        200 characters, with no U+0000 or lone surrogate (no title can hold them)."""
+        return await self._run(
+            self.journal.sessions, status=status, limit=limit, cursor=cursor, search=search
+        )
 
     async def append(
         self,

@@ -249,15 +249,40 @@ class Journal(TaskVerbs):
         self.storage.checkpoint()
         return count
 
+    MAX_SEARCH = 200  # characters of a `sessions(search=...)`; the HTTP API's bound too
+
     def sessions(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        search: str | None = None,
     ) -> list[Session]:
         """Sessions by most recent activity. `status` None means active and archived; "deleted"
-        or "all" include deleted ones. Next page: `cursor=page[-1].last_position`."""
+        or "all" include deleted ones. Next page: `cursor=page[-1].last_position`, with the
+        same `status` and `search`.
+
+        `search` keeps the sessions whose title or id contains it, in any case (both sides
+        lowercased, non-ASCII letters too); it is matched as given, not trimmed, and `%` or `_`
+        are plain characters. An empty `search` matches every session, as None does. At most
+        200 characters, with no U+0000 or lone surrogate (no title can hold them)."""
         if status not in _STATUSES:
             raise InvalidArgument("status must be active, archived, deleted, all or None")
         check_int(limit, "limit", 1, MAX_PAGE)
-        return self.storage.sessions(self.tenant, _STATUSES[status], limit, cursor)
+        if search is not None:
+            if not isinstance(search, str) or len(search) > self.MAX_SEARCH:
+                raise InvalidArgument(
+                    f"search must be text of at most {self.MAX_SEARCH} characters, "
+                    f"got {search!r:.80}"
+                )
+            if "\x00" in search:
+                raise InvalidArgument("search must not hold U+0000")
+            try:
+                search.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate: neither database takes it
+                raise InvalidArgument("search is not valid Unicode (lone surrogate?)") from exc
+        return self.storage.sessions(self.tenant, _STATUSES[status], limit, cursor, search)
 
     # -- appends ----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pty
@@ -209,7 +210,8 @@ def test_sessions_search_matches_title_or_id_in_any_case(seeded: Seeded) -> None
 
 
 def test_sessions_search_pages_past_the_first_page(tmp_path: Path) -> None:
-    # The search reads 1,000 sessions a page: the match and the limit need the cursor.
+    # 1,200 sessions that do not match sit between the matches, and --limit takes more than
+    # the default page.
     db = str(tmp_path / "journal.db")
     with Journal.open(db, durability="normal") as journal:
         wanted = [journal.create_session(f"needle {n}").session_id for n in range(3)]
@@ -219,6 +221,41 @@ def test_sessions_search_pages_past_the_first_page(tmp_path: Path) -> None:
     assert listed_ids("--search", "needle", "--db", db) == wanted[::-1]
     assert listed_ids("--search", "needle", "--limit", "2", "--db", db) == wanted[::-1][:2]
     assert len(listed_ids("--search", "hay", "--limit", "1100", "--db", db)) == 1100
+
+
+def test_sessions_search_is_the_journals_and_pages_with_its_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages of 2 instead of MAX_PAGE: --limit 5 needs the cursor, under the same search.
+    monkeypatch.setattr(importlib.import_module("agentjournal.cli.sessions"), "MAX_PAGE", 2)
+    asked: list[tuple[str | None, int, str | None]] = []
+    sessions = Journal.sessions
+
+    def spy(journal: Journal, **options: Any) -> Any:
+        asked.append((options.get("search"), options["limit"], options.get("cursor")))
+        return sessions(journal, **options)
+
+    monkeypatch.setattr(Journal, "sessions", spy)
+    db = str(tmp_path / "journal.db")
+    with Journal.open(db, durability="normal") as journal:
+        wanted = []
+        for n in range(6):
+            wanted.append(journal.create_session(f"Nadel Ä {n}").session_id)
+            journal.create_session(f"hay {n}")
+    asked.clear()
+    assert listed_ids("--search", "nadel ä", "--limit", "5", "--db", db) == wanted[::-1][:5]
+    assert [(search, limit) for search, limit, _ in asked] == [("nadel ä", 2)] * 2 + [
+        ("nadel ä", 1)
+    ]
+    assert [cursor is None for _, _, cursor in asked] == [True, False, False]
+    assert listed_ids("--search", "NADEL", "--db", db) == wanted[::-1]
+
+
+def test_sessions_search_too_long_exits_2(seeded: Seeded) -> None:
+    result = run("sessions", "--search", "x" * 201, "--db", seeded.url)
+    assert result.exit_code == 2, result.output
+    assert "search" in result.stderr
+    assert result.stdout == ""
 
 
 # -- show -------------------------------------------------------------------------------------

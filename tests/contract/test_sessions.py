@@ -179,3 +179,98 @@ def test_a_reopened_journal_sees_everything(journal: Journal, journal_url: str) 
         assert again.replay(sid) == SEED_REPLAY
         assert again.events(sid) == journal.events(sid)
         assert again.verify().ok
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def searched(
+    journal: Journal, search: str, *, status: str | None = None, limit: int = 50
+) -> list[str]:
+    return [s.session_id for s in journal.sessions(search=search, status=status, limit=limit)]
+
+
+def test_sessions_search_matches_title_or_id_in_any_case(journal: Journal) -> None:
+    refund = journal.create_session("Refund request", session_id="Chat-Alpha-1").session_id
+    apples = journal.create_session("Äpfel bestellen").session_id
+    anger = journal.create_session("ärger mit der Lieferung").session_id
+    orders = journal.create_session("订单客服").session_id
+    other = journal.create_session("Something else").session_id
+    assert searched(journal, "REFUND") == [refund]
+    assert searched(journal, "chat-alpha") == [refund]  # the id, not the title
+    assert searched(journal, "CHAT-ALPHA-1") == [refund]
+    assert searched(journal, "äpfel") == [apples]  # non-ASCII letters fold too, both ways
+    assert searched(journal, "ÄRGER") == [anger]
+    assert searched(journal, "Ä") == [anger, apples]  # activity order, newest first
+    assert searched(journal, "客服") == [orders]
+    assert searched(journal, "单客") == [orders]
+    assert searched(journal, orders[-8:].upper()) == [orders]
+    assert searched(journal, "no such words") == []
+    # Matched as given: LIKE's wildcards are plain characters, spaces are not trimmed.
+    assert searched(journal, "%") == []
+    assert searched(journal, "_") == [other, orders, anger, apples]  # "sess_…" ids, not refund's
+    assert searched(journal, " else") == [other]
+    assert searched(journal, "else ") == []
+    # An empty search filters nothing.
+    assert searched(journal, "") == [s.session_id for s in journal.sessions()]
+
+
+def test_sessions_search_pages_with_the_cursor(journal: Journal) -> None:
+    needles = []
+    for number in range(7):
+        needles.append(journal.create_session(f"needle {number}").session_id)
+        journal.create_session(f"hay {number}")
+    journal.append(needles[2], "user_message", {"content": "bump"})
+    wanted = [needles[2], *reversed(needles[3:]), needles[1], needles[0]]
+    assert searched(journal, "NEEDLE", limit=100) == wanted
+    for size in (1, 2, 3, 7):
+        seen: list[str] = []
+        cursor = None
+        while page := journal.sessions(search="needle", limit=size, cursor=cursor):
+            assert len(page) <= size
+            seen += [s.session_id for s in page]
+            cursor = page[-1].last_position
+        assert seen == wanted
+
+
+def test_sessions_search_combines_with_status_and_tenant(journal: Journal) -> None:
+    active = journal.create_session("invoice active").session_id
+    archived = journal.create_session("invoice archived").session_id
+    deleted = journal.create_session("invoice deleted").session_id
+    journal.update_session(archived, status="archived")
+    journal.delete_session(deleted)
+    journal.create_session("unrelated")
+    other = journal.for_tenant("other-tenant")
+    theirs = other.create_session("invoice elsewhere").session_id
+    assert searched(journal, "invoice") == [archived, active]
+    assert searched(journal, "invoice", status="active") == [active]
+    assert searched(journal, "invoice", status="deleted") == [deleted]
+    assert searched(journal, "invoice", status="all") == [deleted, archived, active]
+    # Another tenant's session never matches, not even by its id.
+    assert searched(journal, "elsewhere", status="all") == []
+    assert searched(journal, theirs, status="all") == []
+    assert searched(other, "invoice") == [theirs]
+
+
+@pytest.mark.parametrize(
+    "search",
+    [
+        b"invoice",
+        7,
+        ["invoice"],
+        "x" * 201,
+        "in\x00voice",
+        "in\ud800voice",
+    ],
+    ids=["bytes", "int", "list", "too-long", "nul", "lone-surrogate"],
+)
+def test_sessions_search_rejects_bad_input(journal: Journal, search: object) -> None:
+    journal.create_session("invoice")
+    rejected(journal, InvalidArgument, lambda: journal.sessions(search=search))  # type: ignore[arg-type]
+
+
+def test_sessions_search_takes_up_to_200_characters(journal: Journal) -> None:
+    title = "订" * 200
+    session = journal.create_session(title).session_id
+    assert searched(journal, title) == [session]
+    assert searched(journal, "订" * 199 + "x") == []

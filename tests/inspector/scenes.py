@@ -23,8 +23,9 @@ def order_session(
     """The seed's two turns (seq 2-7: "你好", then the order count through the
     `query_order_count` tool), then a `task_type` task claimed by "worker-1" and, unless
     `progress` is None, reported at that fraction. Returns the session id."""
-    session = journal.create_session(title, model="scripted", system_prompt=ORDER_PROMPT)
     agent = build()
+    # Bound to the agent (metadata.agent): it runs turns only in its own sessions.
+    session = agent.create_session(journal, title, model="scripted", system_prompt=ORDER_PROMPT)
     agent.run_turn(journal, session.session_id, GREETING)
     agent.run_turn(journal, session.session_id, QUERY_ORDERS)
     task = journal.create_task(session.session_id, task_type, {"month": "2025-05"})

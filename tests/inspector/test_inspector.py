@@ -4,6 +4,7 @@ the page is open; the page must show it without a reload."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -11,9 +12,11 @@ import secrets
 import time
 from importlib.resources import files
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from browsing import Browsing, BrowsingFactory
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, Route, expect
 from scenes import GREETING, ORDER_REPLY, order_session
 
@@ -200,11 +203,110 @@ def test_load_more_fetches_the_next_page(inspector: Browsing) -> None:
             journal.create_session(f"bulk {tag} {number:02d}")
     page = inspector.open()
     links = page.locator("#session-list a")
+    oldest = links.filter(has_text=f"bulk {tag} 00")
     expect(links).to_have_count(50)
-    page.get_by_label("Search by title or id").fill(f"bulk {tag} 00")
-    expect(links).to_have_count(0)  # the oldest is on the next page
+    expect(links.filter(has_text=f"bulk {tag} ")).to_have_count(50)
+    expect(oldest).to_have_count(0)  # the oldest is on the next page
     page.get_by_role("button", name="Load more").click()
+    expect(oldest).to_have_count(1)
+
+
+def test_load_more_continues_under_the_search(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        for number in range(52):
+            journal.create_session(f"paged {tag} {number:02d}")
+            journal.create_session(f"other {tag} {number:02d}")
+    page = inspector.open()
+    links = page.locator("#session-list a")
+    page.get_by_label("Search by title or id").fill(f"PAGED {tag}")
+    expect(page.locator("#session-count")).to_have_text("50 matching sessions (more to load)")
+    expect(links.filter(has_text=f"paged {tag} ")).to_have_count(50)
+    expect(links).to_have_count(50)
+    page.get_by_role("button", name="Load more").click()
+    expect(page.locator("#session-count")).to_have_text("52 matching sessions")
+    expect(links).to_have_count(52)
+    expect(links.filter(has_text=f"paged {tag} 00")).to_have_count(1)
+    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
+
+
+def test_the_search_finds_a_session_that_was_not_loaded(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        wanted = journal.create_session(f"Ärger {tag} 订单客服").session_id
+        for number in range(60):
+            journal.create_session(f"newer {tag} {number:02d}")
+    page = inspector.open()
+    links = page.locator("#session-list a")
+    expect(links).to_have_count(50)
+    expect(links.filter(has_text=wanted)).to_have_count(0)  # beyond the first page
+    typed = f"ärger {tag.upper()} 订单"
+    page.get_by_label("Search by title or id").press_sequentially(typed)
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
     expect(links).to_have_count(1)
+    expect(links).to_contain_text([f"Ärger {tag} 订单客服"])
+    expect(links).to_contain_text([wanted])
+    assert searches_asked(inspector)[-1] == typed
+
+
+def searches_asked(inspector: Browsing) -> list[str]:
+    """The `search` of each request the page made for the sessions list, in order."""
+    queries = [urlsplit(r.url) for r in inspector.requests]
+    found = [parse_qs(q.query).get("search") for q in queries if q.path == "/v1/sessions"]
+    return [search[0] for search in found if search]
+
+
+def test_typing_asks_the_api_once_it_pauses(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        wanted = journal.create_session(f"typed {tag}").session_id
+    page = inspector.page
+    page.clock.install()
+    page = inspector.open()
+    expect(page.locator("#session-list a").filter(has_text=wanted)).to_have_count(1)
+    page.clock.pause_at(int(time.time() * 1000) + 60_000)  # from here on, time moves on request
+    page.get_by_label("Search by title or id").press_sequentially(f"typed {tag}")
+    page.clock.run_for(199)
+    assert searches_asked(inspector) == []
+    page.clock.run_for(1)
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
+    assert searches_asked(inspector) == [f"typed {tag}"]
+
+
+def test_a_stale_search_answer_is_dropped(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        journal.create_session(f"alpha {tag}")
+        beta = journal.create_session(f"beta {tag}").session_id
+    page = inspector.open()
+    links = page.locator("#session-list a")
+    expect(links.filter(has_text=f"beta {tag}")).to_have_count(1)
+    held: list[Route] = []
+
+    def hold_alpha(route: Route) -> None:
+        if "alpha" in route.request.url:
+            held.append(route)  # answered after the newer search
+        else:
+            route.continue_()
+
+    page.route("**/v1/sessions?*", hold_alpha)
+    search = page.get_by_label("Search by title or id")
+    search.fill(f"alpha {tag}")
+    for _ in range(400):  # bounded: the debounced request is on its way
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    search.fill(f"beta {tag}")
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
+    expect(links).to_contain_text([beta])
+    stale = {"sessions": [], "next_cursor": None}
+    with contextlib.suppress(PlaywrightError):  # the page aborted it: nothing to answer
+        held[0].fulfill(json=stale)
+    page.wait_for_timeout(500)  # time for a wrong answer to be shown
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
+    expect(links).to_have_count(1)
+    expect(links).to_contain_text([beta])
 
 
 def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) -> None:
@@ -215,7 +317,7 @@ def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) 
     count = page.locator("#session-count")
     search = page.get_by_label("Search by title or id")
     search.fill(session_id[:-1])
-    expect(count).to_contain_text("1 of")
+    expect(count).to_have_text("1 matching session")
     page.evaluate(
         """() => {
             window.__countWrites = 0;

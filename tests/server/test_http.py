@@ -3,6 +3,7 @@ API (except /turns and tasks), and every error as problem+json that writes nothi
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -434,6 +435,53 @@ def test_openapi_describes_every_endpoint(client: httpx.Client) -> None:
     post = paths["/v1/sessions/{session_id}/events"]["post"]
     assert {"201", "404", "409", "413", "415", "422"} <= set(post["responses"])
     assert PROBLEM in post["responses"]["409"]["content"]
+
+
+def test_list_sessions_search_matches_title_or_id_and_pages_with_the_cursor(
+    server: Any, client: httpx.Client
+) -> None:
+    tag = secrets.token_hex(4)  # the module's server holds other tests' sessions too
+    made = [new_session(client, title=f"Äpfel {tag} {i}")["session_id"] for i in range(5)]
+    new_session(client, title=f"Birnen {tag}")
+    orders = new_session(client, title=f"订单客服 {tag}")["session_id"]
+    archived = made[1]
+    assert client.patch(f"/v1/sessions/{archived}", json={"status": "archived"}).status_code == 200
+
+    def walk(search: str, **params: Any) -> list[str]:
+        seen: list[str] = []
+        cursor: str | None = None
+        for _ in range(1000):  # bounded
+            query = {"search": search, "limit": 2, **params}
+            if cursor is not None:
+                query["cursor"] = cursor
+            response = client.get("/v1/sessions", params=query)
+            assert response.status_code == 200, response.text
+            page = response.json()
+            assert len(page["sessions"]) <= 2
+            seen += [s["session_id"] for s in page["sessions"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return seen
+        raise AssertionError("paging did not end")
+
+    # Newest activity first: archiving made[1] was the last thing that happened.
+    newest_first = [archived, made[4], made[3], made[2], made[0]]
+    assert walk(f"äPFEL {tag}") == newest_first
+    assert walk(f"äpfel {tag}", status="active") == [made[4], made[3], made[2], made[0]]
+    assert walk(f"客服 {tag}") == [orders]
+    assert walk(orders.upper()) == [orders]
+    assert walk(f"no such words {tag}") == []
+
+    spec = client.get("/openapi.json").json()
+    parameters = spec["paths"]["/v1/sessions"]["get"]["parameters"]
+    (described,) = [p for p in parameters if p["name"] == "search"]
+    assert "title or id" in described["description"]
+
+    counts = db_counts(server.db_path)
+    assert_problem(client.get("/v1/sessions", params={"search": "x" * 201}), 422)
+    assert_problem(client.get("/v1/sessions", params={"search": "in\x00voice"}), 422)
+    assert client.get("/v1/sessions", params={"search": "订" * 200}).status_code == 200
+    assert db_counts(server.db_path) == counts
 
 
 # -- errors: problem+json, nothing written ----------------------------------------------------

@@ -62,7 +62,10 @@ def list_sessions(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many.")] = 50,
     search: Annotated[
-        str | None, typer.Option(help="Only sessions whose title or id contains this (any case).")
+        str | None,
+        typer.Option(
+            help="Only sessions whose title or id contains this (any case, at most 200 characters)."
+        ),
     ] = None,
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
@@ -89,21 +92,17 @@ def list_sessions(
 def _matching_sessions(
     journal: Journal, status: str | None, limit: int, search: str | None
 ) -> list[Session]:
-    needle = search.casefold() if search else None
+    """The journal matches `search`; this only pages, since `--limit` may pass a page's size."""
     found: list[Session] = []
     cursor: str | None = None
     while len(found) < limit:
-        size = min(MAX_PAGE, 1000 if needle else limit - len(found))
-        page = journal.sessions(status=status, limit=size, cursor=cursor)
-        found += [
-            s
-            for s in page
-            if needle is None or needle in s.title.casefold() or needle in s.session_id.casefold()
-        ]
+        size = min(MAX_PAGE, limit - len(found))
+        page = journal.sessions(status=status, limit=size, cursor=cursor, search=search)
+        found += page
         if len(page) < size:
             break
         cursor = page[-1].last_position
-    return found[:limit]
+    return found
 
 
 # -- show -------------------------------------------------------------------------------------

@@ -95,10 +95,19 @@ async def list_sessions(
     status: Literal["active", "archived", "deleted", "all"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=39, pattern=r"^[0-9]+$")] = None,
+    search: Annotated[
+        str | None,
+        Query(
+            max_length=Journal.MAX_SEARCH,
+            description="Only sessions whose title or id contains this, in any case (matched "
+            "as given, not trimmed; empty matches all). Pass the same search with `cursor`.",
+        ),
+    ] = None,
 ) -> SessionPage:
-    """Sessions, most recent activity first; follow `next_cursor` for the next page."""
+    """Sessions, most recent activity first; follow `next_cursor` for the next page. `search`
+    keeps those whose title or id contains it, in any case."""
     sessions = await journal_for(request, tenant).sessions(
-        status=status, limit=limit, cursor=cursor
+        status=status, limit=limit, cursor=cursor, search=search
     )
     next_cursor = sessions[-1].last_position if len(sessions) == limit else None
     return SessionPage(sessions=[SessionOut.of(s) for s in sessions], next_cursor=next_cursor)

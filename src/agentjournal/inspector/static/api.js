@@ -53,8 +53,9 @@ export function url(path, query = {}) {
 
 export const sessionPath = (id, rest = "") => `v1/sessions/${encodeURIComponent(id)}${rest}`;
 
-/** fetch + JSON; throws ApiError for any answer other than 2xx. */
-export async function api(path, { method = "GET", query, body } = {}) {
+/** fetch + JSON; throws ApiError for any answer other than 2xx. `signal` aborts it (an
+ * AbortSignal; the caller then ignores what it throws). */
+export async function api(path, { method = "GET", query, body, signal } = {}) {
   const headers = { Accept: "application/json", ...apiKey.headers() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;
@@ -64,6 +65,7 @@ export async function api(path, { method = "GET", query, body } = {}) {
       headers,
       body: body === undefined ? undefined : JSON.stringify(body),
       cache: "no-store",
+      signal,
     });
   } catch (error) {
     throw new ApiError(0, "The service cannot be reached", String(error.message || error));
