@@ -377,7 +377,6 @@ function start() {
   $("auth-form").addEventListener("submit", useKey);
   $("forget-key").addEventListener("click", forgetKey);
   $("session-filters").addEventListener("submit", (event) => event.preventDefault());
-  $("session-search").addEventListener("input", () => sessions.render());
   $("session-status").addEventListener("change", () => loadSessions());
   $("refresh-sessions").addEventListener("click", () => loadSessions());
   $("load-more").addEventListener("click", () => loadSessions({ more: true }));
