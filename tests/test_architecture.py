@@ -262,17 +262,6 @@ def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
         assert not outside, f"server/{path.name} imports {sorted(outside)}"
 
 
-def test_importing_agentjournal_imports_no_framework() -> None:
-    # A fresh interpreter: this one has imported the integrations' frameworks for other tests.
-    code = (
-        "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
-        "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " & {'langgraph', 'langchain_core', 'agents', 'openai'}))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]", done.stdout
-
-
 # Feed positions are opaque outside the backends (their format is each backend's own): code
 # orders them by `Journal.position_key`, never as numbers or as text. A position enters code as
 # `.position`, `.last_position` or a name holding "position", and goes back to the journal as the
@@ -346,3 +335,14 @@ def test_only_the_backends_know_what_a_position_is_made_of() -> None:
         and (found := position_misuses(path.read_text(encoding="utf-8")))
     }
     assert not misuses, f"positions read as numbers or text outside the backends: {misuses}"
+
+
+def test_importing_agentjournal_imports_no_framework() -> None:
+    # A fresh interpreter: this one has imported the integrations' frameworks for other tests.
+    code = (
+        "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
