@@ -263,6 +263,81 @@ def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
         assert not outside, f"server/{path.name} imports {sorted(outside)}"
 
 
+# Feed positions are opaque outside the backends (their format is each backend's own): code
+# orders them by `Journal.position_key`, never as numbers or as text. A position enters code as
+# `.position`, `.last_position` or a name holding "position", and goes back to the journal as the
+# `after=` of a feed verb; a conversion at either end is what the rule below refuses.
+_FEED_VERBS = {"events_all", "subscribe_all", "feed_head", "committed_events", "export_lines"}
+_ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _names_a_position(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr.endswith("position")) or (
+        isinstance(node, ast.Name) and "position" in node.id
+    )
+
+
+def _builds_a_string(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.JoinedStr)
+        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod))
+        or (
+            isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id in {"str", "repr", "format"})
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "format")
+            )
+        )
+    )
+
+
+def position_misuses(source: str) -> list[str]:
+    """Where `source` reads a position as a number, compares positions themselves, or makes a
+    feed cursor out of a number: `line: code` for each."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        bad = False
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in {"int", "float"}:
+                bad = any(_names_a_position(part) for arg in node.args for part in ast.walk(arg))
+            elif name in _FEED_VERBS:
+                cursors = [kw.value for kw in node.keywords if kw.arg == "after"]
+                bad = any(_builds_a_string(cursor) for cursor in cursors)
+        elif isinstance(node, ast.Compare):
+            ordered = any(isinstance(op, _ORDERING) for op in node.ops)
+            bad = ordered and any(map(_names_a_position, [node.left, *node.comparators]))
+        if bad and isinstance(node, ast.expr):
+            found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "key = int(event.position)",
+        "page = read(int(session.last_position) + 1)",
+        "newer = [e for e in page if float(e.position) > 3]",
+        "if event.position <= last_position: pass",
+        "page = journal.events_all(after=str(cursor), limit=10)",
+        "stream = journal.subscribe_all(after=f'{cursor}')",
+    ],
+)
+def test_the_position_rule_refuses_numbers_and_text_order(code: str) -> None:
+    assert position_misuses(code), f"the rule lets {code!r} through"
+
+
+def test_only_the_backends_know_what_a_position_is_made_of() -> None:
+    misuses = {
+        str(path.relative_to(SRC)): found
+        for path in sorted(SRC.rglob("*.py"))
+        if "backends" not in path.relative_to(SRC).parts
+        and (found := position_misuses(path.read_text(encoding="utf-8")))
+    }
+    assert not misuses, f"positions read as numbers or text outside the backends: {misuses}"
+
+
 def test_importing_agentjournal_imports_no_framework() -> None:
     # A fresh interpreter: this one has imported the integrations' frameworks for other tests.
     code = (

@@ -236,6 +236,14 @@ class AsyncVerbs:
         runs): reading the feed until this position gives everything committed before."""
         return await self._run(self.journal.feed_head, after=after)
 
+    async def position_key(self, position: str) -> int:
+        """A sort key: positions of this journal compare as their keys do, so the feed is in
+        ascending key order and `events_all(after=p)` gives the events whose key is above `p`'s.
+        Any `after` the feed accepts has one ('' is before every event); InvalidArgument for a
+        string that is not a position of this journal. Positions themselves stay opaque: compare
+        keys, never the strings or their `int()`."""
+        return await self._run(self.journal.position_key, position)
+
     async def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
         """The transcript (user, assistant and system messages, corrections applied); with
         `last=N`, the latest N in chronological order."""

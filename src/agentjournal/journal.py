@@ -491,6 +491,16 @@ class Journal(TaskVerbs):
             raise InvalidArgument("after must be a position string, as Event.position gives it")
         return self.storage.feed_head(self.tenant, after)
 
+    def position_key(self, position: str) -> int:
+        """A sort key: positions of this journal compare as their keys do, so the feed is in
+        ascending key order and `events_all(after=p)` gives the events whose key is above `p`'s.
+        Any `after` the feed accepts has one ('' is before every event); InvalidArgument for a
+        string that is not a position of this journal. Positions themselves stay opaque: compare
+        keys, never the strings or their `int()`."""
+        if not isinstance(position, str):
+            raise InvalidArgument("position must be a string, as Event.position gives it")
+        return self.storage.position_key(position)
+
     def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
         """The transcript (user, assistant and system messages, corrections applied); with
         `last=N`, the latest N in chronological order."""

@@ -124,3 +124,52 @@ def test_feed_head_is_the_newest_committed_position_and_the_feed_reads_up_to_it(
     for bad in (5, "not a position"):
         with pytest.raises(InvalidArgument):
             journal.feed_head(after=bad)  # type: ignore[arg-type]
+
+
+def test_position_keys_order_as_the_feed_does_and_refuse_what_is_no_position(
+    journal: Journal, backend: str
+) -> None:
+    one = journal.create_session("one").session_id
+    two = journal.create_session("two").session_id
+    for i in range(4):
+        # Single appends and batches: on PostgreSQL a batch shares one transaction id, so keys
+        # must order events within a transaction as well as across transactions.
+        journal.append(one if i % 2 else two, "user_message", {"content": str(i)})
+        journal.append_many(one, [msg("user_message", "x"), msg("assistant_message", "y")])
+    feed = settled_feed(journal)
+    keys = [journal.position_key(e.position) for e in feed]
+    assert keys == sorted(set(keys)), "keys do not ascend strictly in feed order"
+    assert journal.position_key("") < keys[0]
+    for index, event in enumerate(feed):
+        # The feed after a position is exactly the events whose key is above its key.
+        after = journal.events_all(after=event.position, limit=1000)
+        assert after == [e for e, key in zip(feed, keys, strict=True) if key > keys[index]]
+    if backend == "postgres":
+        # One writer's transaction ids and event ids ascend together, so the feed above cannot
+        # tell (tx, event_id) order from (event_id, tx) order; concurrent writers can, as
+        # positions of the backend's own encoding show.
+        from agentjournal.backends.postgres_rows import encode_position
+
+        ordered = [encode_position(1, 2**64 - 1), encode_position(2, 0), encode_position(2, 1)]
+        assert [journal.position_key(p) for p in ordered] == sorted(
+            journal.position_key(p) for p in ordered
+        )
+    not_positions = ["not a position", "-1", "1.5", " 1", "1 ", "+1", "\u0663", "1" * 40]
+    for bad in [*not_positions, str(2**127)]:
+        with pytest.raises(InvalidArgument):
+            journal.position_key(bad)
+        with pytest.raises(InvalidArgument):
+            journal.events_all(after=bad)
+    for bad_type in (None, 5):
+        with pytest.raises(InvalidArgument):
+            journal.position_key(bad_type)  # type: ignore[arg-type]
+    # Where the backends' ranges differ (past SQLite's 64-bit ids), the key refuses exactly
+    # what the feed refuses: a key exists for every `after` the journal accepts.
+    edge = str(2**63)
+    try:
+        journal.events_all(after=edge)
+    except InvalidArgument:
+        with pytest.raises(InvalidArgument):
+            journal.position_key(edge)
+    else:
+        assert journal.position_key(edge) >= 0

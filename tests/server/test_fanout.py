@@ -1,15 +1,24 @@
-"""The one-reader-per-source fan-out, without a server: ordering, sharing, letting go."""
+"""The one-reader-per-source fan-out, without a server: ordering, sharing, letting go; and the
+feed stream over it, which must take positions as the journal gives them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+from sse_starlette import ServerSentEvent
 
-from agentjournal import Event
+from agentjournal import Event, InvalidArgument, Journal
+from agentjournal.aio import AsyncJournal
+from agentjournal.keys import ApiKeys
 from agentjournal.server import fanout
 from agentjournal.server.fanout import Fanout, Rendered
+from agentjournal.server.service import Limits, Service
+from agentjournal.server.streams import feed_stream
 
 
 def event(seq: int) -> Event:
@@ -95,3 +104,89 @@ def drain_now(queue: asyncio.Queue[Rendered | None]) -> list[Rendered | None]:
     while not queue.empty():
         items.append(queue.get_nowait())
     return items
+
+
+class LetteredPositions:
+    """A SQLite storage whose feed positions are "p" and the event id in hex: not a decimal
+    number, and ordered otherwise as text ("p14", event 20, sorts before "p6"). The feed reads
+    right over it only if the stream leaves positions to the journal's `position_key`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @staticmethod
+    def number(position: str | None) -> str | None:
+        if not position:
+            return position
+        if not re.fullmatch(r"p[0-9a-f]{1,15}", position):
+            raise InvalidArgument(f"position {position!r:.40} is not a position of this journal")
+        return str(int(position[1:], 16))
+
+    def events_all(self, tenant: str, after: str | None, limit: int) -> list[Event]:
+        page = self.inner.events_all(tenant, self.number(after), limit)
+        return [event._replace(position=f"p{event.event_id:x}") for event in page]
+
+    def position_key(self, position: str) -> int:
+        return int(self.number(position) or 0)
+
+
+def test_the_feed_stream_pages_and_deduplicates_on_the_journals_own_positions(
+    tmp_path: Path,
+) -> None:
+    async def ids(frames: AsyncIterator[ServerSentEvent], count: int) -> list[str]:
+        got: list[str] = []
+        while len(got) < count:
+            frame = await asyncio.wait_for(anext(frames), 5)
+            if frame.id is not None:  # the first frame only sets the client's retry delay
+                got.append(frame.id)
+        return got
+
+    async def until(condition: Callable[[], bool]) -> None:
+        async def poll() -> None:
+            while not condition():
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(poll(), 5)
+
+    async def scenario(journal: Journal, service: Service) -> None:
+        sid = journal.create_session("hex").session_id
+        journal.append_many(sid, [{"type": "user_message", "payload": {"content": "x"}}] * 19)
+        feed = journal.events_all(limit=100)
+        assert [feed[9].position, feed[15].position, feed[19].position] == ["pa", "p10", "p14"]
+        after = feed[4].position
+        backlog = feed_stream(service, "default", "key", after, follow=False).body_iterator
+        assert [frame.id async for frame in backlog if frame.id is not None] == [
+            event.position for event in feed[5:]
+        ]
+        # The live reader starts at `after` as well, so it hands on every backlog event again:
+        # only comparing keys drops them all ("p6" is above "p14" as text).
+        live = feed_stream(service, "default", "key", after, follow=True).body_iterator
+        try:
+            sent = await ids(live, 15)
+            (subscriber,) = service.fanout._sources["feed", "default"].subscribers
+            # The events come through the queue, not a backlog page, only if the stream is past
+            # its backlog before they commit: let the reader queue the repeats, the stream drop
+            # them, and append only then.
+            await until(lambda: subscriber.queue.qsize() == 15)
+            rest = asyncio.create_task(ids(live, 2))
+            await until(lambda: subscriber.queue.empty() or rest.done())
+            assert not rest.done(), f"the stream sent again what its backlog sent: {rest.result()}"
+            journal.append_many(sid, [{"type": "user_message", "payload": {"content": "y"}}] * 2)
+            sent += await rest
+        finally:
+            await live.aclose()  # type: ignore[attr-defined]
+        newer = journal.events_all(after=feed[-1].position)
+        assert [event.position for event in newer] == ["p15", "p16"]
+        assert sent == [event.position for event in [*feed[5:], *newer]]
+
+    journal = Journal.open(tmp_path / "lettered.db")
+    journal.storage = LetteredPositions(journal.storage)
+    async_journal = AsyncJournal(journal)
+    service = Service(async_journal, ApiKeys(journal.storage), Limits(), open=True)
+    try:
+        asyncio.run(scenario(journal, service))
+    finally:
+        asyncio.run(async_journal.close())

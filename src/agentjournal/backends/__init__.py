@@ -165,6 +165,11 @@ class Storage(Protocol):
         """The position of the tenant's newest committed event, shown by `events_all` or not
         yet; None if it has none after `after`."""
 
+    def position_key(self, position: str) -> int:
+        """A sort key from the backend's own decoding: positions compare as their keys do, ''
+        (before every event, as `after`) included. InvalidArgument for any string `events_all`
+        would refuse as `after`. No I/O: the server calls it for every event it streams."""
+
     def newest_compaction(
         self, tenant: str, session_id: str, until: int | None
     ) -> Event | None: ...

@@ -470,6 +470,11 @@ class PostgresStorage:
         )
         return encode_position(int(rows[0][0]), rows[0][1]) if rows else None
 
+    def position_key(self, position: str) -> int:
+        tx, event_id = decode_position(position)
+        # decode masks event_id to 64 bits, so this orders as the pair (tx, event_id) does.
+        return tx << 64 | event_id
+
     def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
         rows = self._read(
             tenant,

@@ -335,6 +335,9 @@ class SQLiteStorage:
         )
         return None if rows[0][0] is None else str(rows[0][0])
 
+    def position_key(self, position: str) -> int:
+        return position_number(position)
+
     def newest_compaction(self, tenant: str, session_id: str, until: int | None) -> Event | None:
         rows = self._read(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ?"

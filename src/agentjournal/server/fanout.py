@@ -31,7 +31,9 @@ log = logging.getLogger("agentjournal.server")
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """An event with its place in the stream's order and its JSON, rendered once."""
+    """An event with its place in the stream's order and its JSON, rendered once. `order` is a
+    sort key (a seq, or the journal's `position_key` of a feed position), never the SSE id: a
+    position is opaque, so the stream takes its id from the event."""
 
     event: Event
     order: int

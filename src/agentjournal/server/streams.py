@@ -1,14 +1,19 @@
 """Server-Sent Events: a session's events (id = seq) or a tenant's feed (id = position).
 
 A live stream joins the source's one reader (server/fanout.py) first, then sends its backlog from
-the journal, then what the reader hands it, dropping anything at or below the last id it sent: no
-gap between backlog and live, no duplicate. `?follow=false` sends the backlog and ends. The
+the journal, then what the reader hands it, dropping anything at or below the last event it sent:
+no gap between backlog and live, no duplicate. `?follow=false` sends the backlog and ends. The
 stream's slot is held for as long as the generator runs and released when the client leaves.
+
+Feed positions are opaque (their format is the backend's): the feed pages and resumes on the
+position strings themselves and compares only the keys `Journal.position_key` gives for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -21,60 +26,75 @@ __all__ = ["feed_stream", "session_stream"]
 
 _PAGE = 1000
 
-
-def _frame(rendered: Rendered, event_id: str) -> ServerSentEvent:
-    return ServerSentEvent(data=rendered.data, id=event_id, event=rendered.event.type)
+Cursor = TypeVar("Cursor")
 
 
-def _seq(event: Event) -> int:
-    return event.seq
+@dataclass(frozen=True, slots=True)
+class _Order(Generic[Cursor]):
+    """How a stream names its events: `cursor` is what its next backlog page starts after,
+    `frame_id` the SSE id a client resumes from, `key` an int ordering its events, by which the
+    live part drops what the backlog already sent."""
+
+    cursor: Callable[[Event], Cursor]
+    frame_id: Callable[[Event], str]
+    key: Callable[[Event], int]
 
 
-def _position(event: Event) -> int:
-    return int(event.position)
+def _frame(rendered: Rendered, order: _Order[Cursor]) -> ServerSentEvent:
+    event = rendered.event
+    return ServerSentEvent(data=rendered.data, id=order.frame_id(event), event=event.type)
 
 
 async def _backlog(
-    read_page: Callable[[int], Awaitable[list[Event]]], order: Callable[[Event], int], after: int
+    read_page: Callable[[Cursor], Awaitable[list[Event]]],
+    cursor_of: Callable[[Event], Cursor],
+    after: Cursor,
 ) -> AsyncIterator[Event]:
     while page := await read_page(after):
         for event in page:
             yield event
-        after = order(page[-1])
+        after = cursor_of(page[-1])
 
 
 async def _stream(
     service: Service,
     key_id: str,
-    read_page: Callable[[int], Awaitable[list[Event]]],
-    follow: Callable[[int], AsyncIterator[Event]] | None,
+    read_page: Callable[[Cursor], Awaitable[list[Event]]],
+    follow: Callable[[Cursor], AsyncIterator[Event]] | None,
     source: tuple[str, ...],
-    order: Callable[[Event], int],
-    after: int,
-    live_from: int,
+    order: _Order[Cursor],
+    after: Cursor,
+    after_key: int | None,
+    live_from: Cursor,
 ) -> AsyncIterator[ServerSentEvent]:
     async with service.stream_slot(key_id):
         yield ServerSentEvent(retry=service.limits.retry_ms)
         if follow is None:
-            async for event in _backlog(read_page, order, after):
-                yield _frame(render(event, order(event)), str(order(event)))
+            async for event in _backlog(read_page, order.cursor, after):
+                yield _frame(render(event, order.key(event)), order)
             return
         # A new source's reader starts at what was committed when the request came in (any
         # committed point works: the backlog read below reaches past it).
-        async with service.fanout.join(source, lambda: follow(live_from), order) as subscriber:
-            last = after
-            async for event in _backlog(read_page, order, after):
-                yield _frame(render(event, order(event)), str(order(event)))
-                last = order(event)
+        async with service.fanout.join(source, lambda: follow(live_from), order.key) as subscriber:
+            last = after_key  # None: the stream starts before every event, so nothing is a repeat
+            async for event in _backlog(read_page, order.cursor, after):
+                sent = render(event, order.key(event))
+                yield _frame(sent, order)
+                last = sent.order
                 if event.ends_session_stream and source[0] == "session":
                     return
             while (rendered := await subscriber.queue.get()) is not None:
-                if rendered.order <= last:
+                if last is not None and rendered.order <= last:
                     continue
-                yield _frame(rendered, str(rendered.order))
+                yield _frame(rendered, order)
                 last = rendered.order
                 if rendered.event.ends_session_stream and source[0] == "session":
                     return
+
+
+_BY_SEQ: _Order[int] = _Order(
+    lambda event: event.seq, lambda event: str(event.seq), lambda event: event.seq
+)
 
 
 def session_stream(
@@ -100,7 +120,8 @@ def session_stream(
         read_page,
         subscribe if follow else None,
         ("session", tenant, session_id),
-        _seq,
+        _BY_SEQ,
+        after,
         after,
         live_from,
     )
@@ -111,22 +132,31 @@ def feed_stream(
     service: Service, tenant: str, key_id: str, after: str | None, follow: bool
 ) -> EventSourceResponse:
     journal: AsyncJournal = service.journal.for_tenant(tenant)
+    # The sync verb: a key is the backend decoding a string, no I/O, so it needs no worker
+    # thread (the async twin would take one per event, in the reader and in every backlog).
+    key_of = journal.journal.position_key
 
-    async def read_page(cursor: int) -> list[Event]:
-        return await journal.events_all(after=str(cursor), limit=_PAGE)
+    async def read_page(cursor: str | None) -> list[Event]:
+        return await journal.events_all(after=cursor, limit=_PAGE)
 
-    def subscribe(cursor: int) -> AsyncIterator[Event]:
-        return journal.subscribe_all(after=str(cursor))
+    def subscribe(cursor: str | None) -> AsyncIterator[Event]:
+        return journal.subscribe_all(after=cursor)
 
+    by_position: _Order[str | None] = _Order(
+        lambda event: event.position,
+        lambda event: event.position,
+        lambda event: key_of(event.position),
+    )
     frames = _stream(
         service,
         key_id,
         read_page,
         subscribe if follow else None,
         ("feed", tenant),
-        _position,
-        int(after or 0),
-        int(after or 0),
+        by_position,
+        after,
+        None if after is None else key_of(after),
+        after,
     )
     return _response(service, frames)
 
