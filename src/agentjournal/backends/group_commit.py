@@ -232,7 +232,10 @@ class CommitSignal:
                 return self._version
             self._waiters.add(waiter)
         try:
-            await asyncio.wait_for(future, timeout)
+            # Not asyncio.wait_for: on Python 3.11 it returns, instead of raising, when the task
+            # is cancelled in the turn that resolved the future, and a cancelled reader ran on.
+            async with asyncio.timeout(timeout):
+                await future
         except TimeoutError:
             pass
         finally:
