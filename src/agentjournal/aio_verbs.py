@@ -79,9 +79,6 @@ class AsyncVerbs:
             idempotency_key=idempotency_key,
         )
 
-    async def get_session(self, session_id: str) -> Session:
-        return await self._run(self.journal.get_session, session_id)
-
     async def update_session(
         self,
         session_id: str,
@@ -210,100 +207,6 @@ class AsyncVerbs:
         return await self._run(
             self.journal.fork_ex, session_id, at_seq, title=title, idempotency_key=idempotency_key
         )
-
-    async def events(
-        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
-    ) -> list[Event]:
-        """A page of the session's events with seq > after, oldest first. With `before=N`, the
-        newest `limit` of those below seq N (still oldest first): reading backwards from the end
-        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
-        return await self._run(
-            self.journal.events, session_id, after=after, before=before, limit=limit
-        )
-
-    async def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
-        """A page of the tenant's global feed after `after`, in ascending position order.
-
-        Resuming after the last position seen gives every committed event exactly once, each
-        session's in seq order. On SQLite that is commit order; on PostgreSQL positions follow
-        (transaction id, event_id) and an event shows once every older transaction has ended
-        (docs/postgres.md)."""
-        return await self._run(self.journal.events_all, after=after, limit=limit)
-
-    async def feed_head(self, *, after: str | None = None) -> str | None:
-        """The position of the tenant's newest committed event; None if it has none after
-        `after`. On PostgreSQL `events_all` may not show it yet (while an older transaction
-        runs): reading the feed until this position gives everything committed before."""
-        return await self._run(self.journal.feed_head, after=after)
-
-    async def position_key(self, position: str) -> int:
-        """A sort key: positions of this journal compare as their keys do, so the feed is in
-        ascending key order and `events_all(after=p)` gives the events whose key is above `p`'s.
-        Any `after` the feed accepts has one ('' is before every event); InvalidArgument for a
-        string that is not a position of this journal. Positions themselves stay opaque: compare
-        keys, never the strings or their `int()`."""
-        return await self._run(self.journal.position_key, position)
-
-    async def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
-        """The transcript (user, assistant and system messages, corrections applied); with
-        `last=N`, the latest N in chronological order."""
-        return await self._run(self.journal.messages, session_id, last=last)
-
-    async def tool_calls(
-        self, session_id: str, *, call_ids: Collection[str] | None = None, open_only: bool = False
-    ) -> list[ToolCall]:
-        """The session's tool calls with their results, if they have one, in call order: all, or
-        those named in `call_ids`, or (`open_only`) those still waiting for their result."""
-        return await self._run(
-            self.journal.tool_calls, session_id, call_ids=call_ids, open_only=open_only
-        )
-
-    async def replay(
-        self, session_id: str, *, until: int | None = None, format: ReplayFormat = "openai"
-    ) -> list[dict[str, Any]] | dict[str, Any]:
-        """The message list a model accepts, folded from the journal (as of `until`, if given):
-        OpenAI Chat Completions messages, `format="anthropic"` `{system, messages}`, or
-        `format="responses"` OpenAI Responses API input items."""
-        return await self._run(self.journal.replay, session_id, until=until, format=format)
-
-    async def context(
-        self,
-        session_id: str,
-        *,
-        max_tokens: int,
-        tokenizer: Tokenizer | None = None,
-        format: Format = "openai",
-    ) -> list[dict[str, Any]] | dict[str, Any]:
-        """The longest suffix of the replay that fits `max_tokens`, cut only before a user
-        message. Reads backwards from the newest event, so its cost follows what it returns."""
-        return await self._run(
-            self.journal.context,
-            session_id,
-            max_tokens=max_tokens,
-            tokenizer=tokenizer,
-            format=format,
-        )
-
-    async def context_fit(
-        self,
-        session_id: str,
-        *,
-        max_tokens: int,
-        tokenizer: Tokenizer | None = None,
-        format: Format = "openai",
-    ) -> ContextFit:
-        return await self._run(
-            self.journal.context_fit,
-            session_id,
-            max_tokens=max_tokens,
-            tokenizer=tokenizer,
-            format=format,
-        )
-
-    async def open_turns(self, *, all_tenants: bool = False) -> list[Session]:
-        """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
-        tool result after the newest assistant message. Read through a partial index."""
-        return await self._run(self.journal.open_turns, all_tenants=all_tenants)
 
     async def import_lines(
         self,
@@ -443,3 +346,100 @@ class AsyncVerbs:
         last turn was cut. Its cost follows the open work, not the history. `all_tenants` is
         for the process that serves them all (`agentjournal serve`)."""
         return await self._run(self.journal.recover, all_tenants=all_tenants)
+
+    async def get_session(self, session_id: str) -> Session:
+        return await self._run(self.journal.get_session, session_id)
+
+    async def events(
+        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+    ) -> list[Event]:
+        """A page of the session's events with seq > after, oldest first. With `before=N`, the
+        newest `limit` of those below seq N (still oldest first): reading backwards from the end
+        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
+        return await self._run(
+            self.journal.events, session_id, after=after, before=before, limit=limit
+        )
+
+    async def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
+        """A page of the tenant's global feed after `after`, in ascending position order.
+
+        Resuming after the last position seen gives every committed event exactly once, each
+        session's in seq order. On SQLite that is commit order; on PostgreSQL positions follow
+        (transaction id, event_id) and an event shows once every older transaction has ended
+        (docs/postgres.md)."""
+        return await self._run(self.journal.events_all, after=after, limit=limit)
+
+    async def feed_head(self, *, after: str | None = None) -> str | None:
+        """The position of the tenant's newest committed event; None if it has none after
+        `after`. On PostgreSQL `events_all` may not show it yet (while an older transaction
+        runs): reading the feed until this position gives everything committed before."""
+        return await self._run(self.journal.feed_head, after=after)
+
+    async def position_key(self, position: str) -> int:
+        """A sort key: positions of this journal compare as their keys do, so the feed is in
+        ascending key order and `events_all(after=p)` gives the events whose key is above `p`'s.
+        Any `after` the feed accepts has one ('' is before every event); InvalidArgument for a
+        string that is not a position of this journal. Positions themselves stay opaque: compare
+        keys, never the strings or their `int()`."""
+        return await self._run(self.journal.position_key, position)
+
+    async def messages(self, session_id: str, *, last: int | None = None) -> list[Message]:
+        """The transcript (user, assistant and system messages, corrections applied); with
+        `last=N`, the latest N in chronological order."""
+        return await self._run(self.journal.messages, session_id, last=last)
+
+    async def tool_calls(
+        self, session_id: str, *, call_ids: Collection[str] | None = None, open_only: bool = False
+    ) -> list[ToolCall]:
+        """The session's tool calls with their results, if they have one, in call order: all, or
+        those named in `call_ids`, or (`open_only`) those still waiting for their result."""
+        return await self._run(
+            self.journal.tool_calls, session_id, call_ids=call_ids, open_only=open_only
+        )
+
+    async def replay(
+        self, session_id: str, *, until: int | None = None, format: ReplayFormat = "openai"
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The message list a model accepts, folded from the journal (as of `until`, if given):
+        OpenAI Chat Completions messages, `format="anthropic"` `{system, messages}`, or
+        `format="responses"` OpenAI Responses API input items."""
+        return await self._run(self.journal.replay, session_id, until=until, format=format)
+
+    async def context(
+        self,
+        session_id: str,
+        *,
+        max_tokens: int,
+        tokenizer: Tokenizer | None = None,
+        format: Format = "openai",
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The longest suffix of the replay that fits `max_tokens`, cut only before a user
+        message. Reads backwards from the newest event, so its cost follows what it returns."""
+        return await self._run(
+            self.journal.context,
+            session_id,
+            max_tokens=max_tokens,
+            tokenizer=tokenizer,
+            format=format,
+        )
+
+    async def context_fit(
+        self,
+        session_id: str,
+        *,
+        max_tokens: int,
+        tokenizer: Tokenizer | None = None,
+        format: Format = "openai",
+    ) -> ContextFit:
+        return await self._run(
+            self.journal.context_fit,
+            session_id,
+            max_tokens=max_tokens,
+            tokenizer=tokenizer,
+            format=format,
+        )
+
+    async def open_turns(self, *, all_tenants: bool = False) -> list[Session]:
+        """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
+        tool result after the newest assistant message. Read through a partial index."""
+        return await self._run(self.journal.open_turns, all_tenants=all_tenants)

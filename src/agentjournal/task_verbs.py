@@ -20,8 +20,8 @@ from agentjournal.arguments import (
 from agentjournal.backends import WriteTx
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, TaskNotFound
 from agentjournal.events import MAX_TASK_RETRIES, TASK_STATUSES
-from agentjournal.journal_core import JournalCore
 from agentjournal.projection import Task
+from agentjournal.read_verbs import ReadVerbs
 from agentjournal.tasks import Recovery
 
 __all__ = ["TaskVerbs"]
@@ -33,7 +33,7 @@ _TASK_FILTERS: dict[str | None, tuple[str, ...] | None] = {
 }
 
 
-class TaskVerbs(JournalCore):
+class TaskVerbs(ReadVerbs):
     """create_task, get_task, tasks, claim_task, task_progress, complete_task, fail_task,
     cancel_task, recover: the task verbs `Journal` inherits."""
 
