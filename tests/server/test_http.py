@@ -62,6 +62,25 @@ def unchanged(server: Any) -> Callable[[], None]:
 # -- sessions ---------------------------------------------------------------------------------
 
 
+def walk_sessions(client: httpx.Client, params: dict[str, Any]) -> list[str]:
+    """The ids of every listed session, following `next_cursor` two at a time."""
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(1000):  # bounded
+        query = {"limit": 2, **params}
+        if cursor is not None:
+            query["cursor"] = cursor
+        response = client.get("/v1/sessions", params=query)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        assert len(page["sessions"]) <= 2
+        seen += [s["session_id"] for s in page["sessions"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+    raise AssertionError("paging did not end")
+
+
 def test_session_lifecycle_create_read_update_delete_purge(client: httpx.Client) -> None:
     created = new_session(
         client, title="订单客服", model="m-1", system_prompt="be brief", metadata={"user": "u1"}
@@ -132,23 +151,7 @@ def test_list_sessions_by_recent_activity_with_status_filter_and_cursor_paging(
     expected_all = [ids[2], ids[0], ids[3], ids[1], ids[4]]
 
     def walk(status: str | None) -> list[str]:
-        seen: list[str] = []
-        cursor: str | None = None
-        for _ in range(1000):  # bounded
-            params: dict[str, Any] = {"limit": 2}
-            if status is not None:
-                params["status"] = status
-            if cursor is not None:
-                params["cursor"] = cursor
-            response = client.get("/v1/sessions", params=params)
-            assert response.status_code == 200, response.text
-            page = response.json()
-            assert len(page["sessions"]) <= 2
-            seen += [s["session_id"] for s in page["sessions"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                return seen
-        raise AssertionError("paging did not end")
+        return walk_sessions(client, {} if status is None else {"status": status})
 
     everything = walk("all")
     assert len(everything) == len(set(everything)), "a session appeared on two pages"
@@ -448,21 +451,7 @@ def test_list_sessions_search_matches_title_or_id_and_pages_with_the_cursor(
     assert client.patch(f"/v1/sessions/{archived}", json={"status": "archived"}).status_code == 200
 
     def walk(search: str, **params: Any) -> list[str]:
-        seen: list[str] = []
-        cursor: str | None = None
-        for _ in range(1000):  # bounded
-            query = {"search": search, "limit": 2, **params}
-            if cursor is not None:
-                query["cursor"] = cursor
-            response = client.get("/v1/sessions", params=query)
-            assert response.status_code == 200, response.text
-            page = response.json()
-            assert len(page["sessions"]) <= 2
-            seen += [s["session_id"] for s in page["sessions"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                return seen
-        raise AssertionError("paging did not end")
+        return walk_sessions(client, {"search": search, **params})
 
     # Newest activity first: archiving made[1] was the last thing that happened.
     newest_first = [archived, made[4], made[3], made[2], made[0]]
