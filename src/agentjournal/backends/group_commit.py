@@ -154,13 +154,22 @@ class GroupCommit(Generic[Tx]):
                 control.rollback()
                 return
         else:
-            start = 0
-            while start < len(batch):
-                end = start + 1
-                while end < len(batch) and batch[end].work is batch[start].work:
-                    end += 1
-                self._run_group(batch[start:end])
-                start = end
+            try:
+                start = 0
+                while start < len(batch):
+                    end = start + 1
+                    while end < len(batch) and batch[end].work is batch[start].work:
+                        end += 1
+                    self._run_group(batch[start:end])
+                    start = end
+            except BaseException as exc:
+                # The transaction itself failed (a savepoint could not be set or undone): what
+                # earlier groups wrote goes with it, so no caller may see a result.
+                with contextlib.suppress(BaseException):
+                    control.rollback()
+                for request in batch:
+                    request.result, request.error = None, request.error or exc
+                return
         try:
             control.commit()
         except BaseException as exc:
