@@ -60,17 +60,13 @@ class ReadVerbs(JournalCore):
         (transaction id, event_id) and an event shows once every older transaction has ended
         (docs/postgres.md)."""
         check_int(limit, "limit", 1, MAX_PAGE)
-        if after is not None and not isinstance(after, str):
-            raise InvalidArgument("after must be a position string, as Event.position gives it")
-        return self.storage.events_all(self.tenant, after, limit)
+        return self.storage.events_all(self.tenant, _after(after), limit)
 
     def feed_head(self, *, after: str | None = None) -> str | None:
         """The position of the tenant's newest committed event; None if it has none after
         `after`. On PostgreSQL `events_all` may not show it yet (while an older transaction
         runs): reading the feed until this position gives everything committed before."""
-        if after is not None and not isinstance(after, str):
-            raise InvalidArgument("after must be a position string, as Event.position gives it")
-        return self.storage.feed_head(self.tenant, after)
+        return self.storage.feed_head(self.tenant, _after(after))
 
     def position_key(self, position: str) -> int:
         """A sort key: positions of this journal compare as their keys do, so the feed is in
@@ -188,3 +184,10 @@ class ReadVerbs(JournalCore):
         """Sessions (not deleted) whose last turn has not ended: a user message, tool call or
         tool result after the newest assistant message. Read through a partial index."""
         return self.storage.open_turns(None if all_tenants else self.tenant)
+
+
+def _after(after: str | None) -> str | None:
+    """`after` if it can be a feed position (the backend says whether it is one of its own)."""
+    if after is not None and not isinstance(after, str):
+        raise InvalidArgument("after must be a position string, as Event.position gives it")
+    return after
