@@ -37,6 +37,17 @@ def test_seq_starts_at_session_created_and_has_no_gaps(journal: Journal, backend
     assert journal.get_session(sid).event_count == 10
 
 
+def test_a_large_batch_returns_the_ids_it_was_stored_under(journal: Journal) -> None:
+    # More rows than one INSERT statement carries on SQLite, with projection rows in between.
+    sid = seed(journal)
+    batch = [msg("user_message" if n % 2 else "assistant_message", f"m{n}") for n in range(150)]
+    returned = journal.append_many(sid, batch)
+    stored = journal.events(sid, after=returned[0].seq - 1, limit=1_000)
+    assert returned == stored
+    assert len({e.event_id for e in returned}) == 150
+    assert [m.content for m in journal.messages(sid)[-150:]] == [f"m{n}" for n in range(150)]
+
+
 def test_events_pages_by_seq(journal: Journal) -> None:
     sid = seed(journal)
     journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
