@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
+from functools import cache
+from itertools import chain
 from typing import Any, Final
 
 from agentjournal.backends import ApiKeyRow, EventRow
@@ -33,8 +35,9 @@ __all__ = ["Control", "SQLiteTx"]
 
 
 # Rows go in as plain VALUES, many to a statement (`_insert_rows`). Measured on SQLite 3.40:
-# INSERT ... SELECT FROM json_each(?) cost twice the CPU per row, and one execute per row cost a
-# 4-event turn 9-11 % more at `normal` than one statement for its events and one for its messages.
+# INSERT ... SELECT FROM json_each(?) cost twice the CPU per row; against one execute per row,
+# one statement per table saves SQLite about 32,000 of a 4-event turn's ~250,000 instructions
+# (bench/README.md, "The write path, taken apart").
 _INSERT_EVENT: Final = (
     "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
     " VALUES "
@@ -429,10 +432,6 @@ class SQLiteTx:
         return cursor.rowcount == 1
 
 
-def _row_marks(width: int) -> str:
-    return f"({', '.join('?' * width)})"
-
-
 def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> list[int]:
     """INSERT `rows` with `head` ("INSERT INTO t (...) VALUES "), `_ROWS_PER_INSERT` to a
     statement; the rowids given to them, in order.
@@ -440,14 +439,21 @@ def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[An
     A statement's rows take consecutive rowids ending at its `lastrowid`: the writer holds the
     write lock, no trigger inserts into these tables, and an AUTOINCREMENT key fails rather than
     wraps."""
-    if not rows:
-        return []
-    marks = _row_marks(len(rows[0]))
     ids: list[int] = []
     for start in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[start : start + _ROWS_PER_INSERT]
-        sql = head + ", ".join([marks] * len(chunk))
-        last = conn.execute(sql, [value for row in chunk for value in row]).lastrowid
+        params = list(chain.from_iterable(chunk))
+        last = conn.execute(_statement(head, len(chunk[0]), len(chunk)), params).lastrowid
         assert last is not None
         ids.extend(range(last - len(chunk) + 1, last + 1))
     return ids
+
+
+@cache
+def _statement(head: str, width: int, count: int) -> str:
+    # The same str object each time: its hash is kept, and sqlite3's statement cache finds it.
+    return head + ", ".join([_row_marks(width)] * count)
+
+
+def _row_marks(width: int) -> str:
+    return f"({', '.join('?' * width)})"
