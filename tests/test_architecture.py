@@ -97,10 +97,18 @@ ALLOWED: dict[str, set[str]] = {
     "live": {"events"},
     # The agent runtime sits on the library's face (`Journal`), never on a backend.
     "runtime.agent": {"errors", "events", "journal", "projection"},
-    "runtime.models": {"errors", "runtime.agent"},
+    "runtime.models": {"errors", "runtime.agent", "runtime.openai_model", "runtime.streaming"},
+    "runtime.streaming": {"runtime.agent"},
+    "runtime.openai_model": {"errors", "runtime.agent", "runtime.streaming"},
     "runtime.resume": {"errors", "journal", "runtime.agent"},
     "runtime.worker": {"errors", "journal", "projection", "tasks"},
-    "runtime": {"runtime.agent", "runtime.models", "runtime.resume", "runtime.worker"},
+    "runtime": {
+        "runtime.agent",
+        "runtime.models",
+        "runtime.resume",
+        "runtime.streaming",
+        "runtime.worker",
+    },
     # The demo is a user of the runtime's face; only its runner talks to the journal itself.
     "demo.order_agent": {"runtime"},
     "demo.run": {"demo.order_agent", "events", "journal"},
