@@ -453,20 +453,24 @@ class FakeOpenAI(_FakeModelServer):
                 return
             await out.frame(chunk({"content": out.text_of(piece)}))
         for index, call in enumerate(reply.calls):
-            fragments = split(call.arguments, call.fragments) if call.arguments else [""]
-            for n, fragment in enumerate(fragments):
+            # As OpenAI does: the call's id and name with empty arguments, then the fragments.
+            if not await out.before_chunk():
+                await error()
+                return
+            out.sent_chunks += 1
+            head = {
+                "index": index,
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            await out.frame(chunk({"tool_calls": [head]}))
+            for fragment in split(call.arguments, call.fragments) if call.arguments else []:
                 if not await out.before_chunk():
                     await error()
                     return
                 out.sent_chunks += 1
-                entry: dict[str, Any] = {"index": index, "function": {"arguments": fragment}}
-                if n == 0:
-                    entry = {
-                        "index": index,
-                        "id": call.call_id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": fragment},
-                    }
+                entry = {"index": index, "function": {"arguments": fragment}}
                 await out.frame(chunk({"tool_calls": [entry]}))
         if not await out.before_chunk():
             await error()

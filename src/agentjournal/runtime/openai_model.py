@@ -10,15 +10,14 @@ same whichever way it was asked.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.runtime.agent import ModelReply, RequestedCall, Tool
+from agentjournal.runtime.sdk_clients import PerLoop, import_sdk, model_error
 from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
 
 if TYPE_CHECKING:
@@ -29,16 +28,6 @@ __all__ = ["OpenAIChatModel"]
 # The client refuses to run without a key; servers that need none (a local vLLM or Ollama) get
 # this placeholder at construction and no Authorization header on the wire.
 _NO_KEY = "no-key-configured"
-
-
-def _import_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:
-        raise InvalidArgument(
-            f"OpenAIChatModel needs the openai client: pip install 'agentjournal[openai]' ({exc})"
-        ) from exc
-    return openai
 
 
 class OpenAIChatModel:
@@ -74,7 +63,7 @@ class OpenAIChatModel:
         self.base_url = base_url or env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.base_url = self.base_url.rstrip("/")
         key = api_key if api_key is not None else env.get("OPENAI_API_KEY", "")
-        self._openai = _import_openai()
+        self._openai = import_sdk("openai", "OpenAIChatModel")
         self._client_options: dict[str, Any] = {
             "base_url": self.base_url,
             "api_key": key or _NO_KEY,
@@ -84,9 +73,9 @@ class OpenAIChatModel:
         self._headers: dict[str, Any] = {} if key else {"Authorization": self._openai.Omit()}
         self.timeout = timeout
         self._sync: openai.OpenAI | None = None
-        # An async client's connections belong to the event loop that opened them.
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]
-        self._async = weakref.WeakKeyDictionary()
+        self._async: PerLoop[openai.AsyncOpenAI] = PerLoop(
+            lambda: self._openai.AsyncOpenAI(**self._client_options)
+        )
 
     @property
     def url(self) -> str:
@@ -100,7 +89,7 @@ class OpenAIChatModel:
 
     async def aclose(self) -> None:
         """Close the connections this event loop's client holds, and the sync client's."""
-        client = self._async.pop(asyncio.get_running_loop(), None)
+        client = self._async.pop()
         if client is not None:
             await client.close()
         self.close()
@@ -134,10 +123,7 @@ class OpenAIChatModel:
     async def stream(
         self, messages: list[dict[str, Any]], tools: Sequence[Tool]
     ) -> AsyncIterator[ModelChunk]:
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            client = self._async[loop] = self._openai.AsyncOpenAI(**self._client_options)
+        client = self._async.get()
         assembler = _Assembler(self.url)
         try:
             chunks = await client.chat.completions.create(**self._request(messages, tools))
@@ -158,22 +144,7 @@ class OpenAIChatModel:
         yield Completed(assembler.reply())
 
     def _model_error(self, exc: Exception, assembler: _Assembler) -> ModelError:
-        openai = self._openai
-        url = self.url
-        if isinstance(exc, openai.APITimeoutError):
-            when = "before answering" if not assembler.chunks else "mid-stream"
-            return ModelError(f"{url} timed out {when} (timeout {self.timeout}s)")
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc
-            if assembler.chunks:
-                return ModelError(
-                    f"{url} broke off the stream after {assembler.chunks} chunks:"
-                    f" {type(cause).__name__}: {cause}"
-                )
-            return ModelError(f"cannot reach {url}: {type(cause).__name__}: {cause}")
-        if isinstance(exc, openai.APIStatusError):
-            return ModelError(f"{url} answered {exc.status_code}: {exc.message}"[:500])
-        return ModelError(f"{url} reported an error mid-stream: {exc}"[:500])
+        return model_error(self._openai, exc, self.url, assembler.chunks, self.timeout)
 
 
 class _Assembler:
