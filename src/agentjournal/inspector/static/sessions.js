@@ -17,6 +17,7 @@ export class SessionList {
     this.sessions = [];
     this.nextCursor = null;
     this.openId = null;
+    this.openLive = null; // the open session as its live events left it
     // What `sessions` was loaded with: "Load more" continues that list, whatever the fields
     // hold now (a newer search or status reloads from the first page anyway).
     this.loaded = { status: undefined, search: "" };
@@ -61,6 +62,7 @@ export class SessionList {
       const page = await api("v1/sessions", { query, signal: controller.signal });
       if (mine !== this.generation) return false;
       this.sessions = more ? [...this.sessions, ...page.sessions] : page.sessions;
+      this.applyLive();
       this.nextCursor = page.next_cursor;
       this.loaded = wanted;
       this.render();
@@ -90,13 +92,20 @@ export class SessionList {
   /** Marks the open session, and shows what its live events changed. */
   update(session) {
     this.openId = session?.session_id ?? null;
-    const listed = session && this.sessions.find((s) => s.session_id === session.session_id);
-    if (listed) {
-      // A rename that no longer matches the search stays listed until the next load.
-      const { last_seq, title, status, updated_at } = session;
-      Object.assign(listed, { last_seq, title, status, updated_at });
-    }
+    this.openLive = session ? { ...session } : null;
+    this.applyLive();
     this.render();
+  }
+
+  /** Shows the open session as its live events left it. A list page the API answered before
+   * the newest of those events committed holds an older row, and must not undo them. */
+  applyLive() {
+    const live = this.openLive;
+    const listed = live && this.sessions.find((s) => s.session_id === live.session_id);
+    if (!listed || listed.last_seq > live.last_seq) return;
+    // A rename that no longer matches the search stays listed until the next load.
+    const { last_seq, title, status, updated_at } = live;
+    Object.assign(listed, { last_seq, title, status, updated_at });
   }
 
   /** Shows what was loaded; the search field's text counts only once the API has answered. */
