@@ -10,12 +10,14 @@ from agentjournal.runtime.agent import (
     Tool,
     TurnResult,
 )
+from agentjournal.runtime.anthropic_model import AnthropicModel
 from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
 from agentjournal.runtime.resume import ResumeReport, resume_incomplete
 from agentjournal.runtime.worker import Handler, PermanentFailure, TaskRun, Worker
 
 __all__ = [
     "Agent",
+    "AnthropicModel",
     "Handler",
     "Invocation",
     "Model",
