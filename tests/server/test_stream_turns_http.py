@@ -12,6 +12,7 @@ a stall until cancelled, a failure at a given chunk: see agents_for_tests.script
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -286,3 +287,17 @@ def test_a_server_killed_mid_stream_resumes_the_turn_and_streams_it_to_a_reconne
         # Nothing half-written was journaled: the user message, then the whole new answer.
         written = events(client, session_id, after=1)
         assert [e["payload"] for e in written] == [{"content": "你好"}, {"content": GREETING}]
+
+
+def test_the_documented_python_client_prints_the_reply_as_it_is_written(
+    fast: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = (HERE.parent.parent / "docs" / "http.md").read_text(encoding="utf-8")
+    (client_code,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def ask" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(client_code, "docs/http.md", "exec"), namespace)
+    with httpx.Client(base_url=fast.base_url, timeout=10.0) as client:
+        session_id = new_session(client)
+    reply = namespace["ask"](fast.base_url, session_id, QUERY_ORDERS, "docs-1")
+    assert reply == REPLY
+    assert capsys.readouterr().out == REPLY + "\n"
