@@ -117,7 +117,9 @@ function forgetKey() {
 }
 
 async function loadSessions(options) {
-  if (await sessions.load(options)) $("forget-key").hidden = apiKey.get() === null;
+  if (!(await sessions.load(options))) return;
+  $("forget-key").hidden = apiKey.get() === null;
+  sessions.follow(); // the list stays live from now on
 }
 
 // ---- one session -------------------------------------------------------------------------
