@@ -28,6 +28,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_TERMS",
     "SEARCHED_TYPES",
+    "SearchFilter",
     "SearchQuery",
     "Snippet",
     "Term",
@@ -159,6 +160,17 @@ def index_text(text: str) -> str:
     return " ".join(
         " ".join(_bigrams(run)) if unspaced else run for run, unspaced, _ in _runs(text)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """What a search keeps besides its terms: sessions of these statuses, events of these types
+    (None: any), created at or after `since` and before `until` (unix ms; None: no bound)."""
+
+    statuses: tuple[str, ...]
+    types: tuple[str, ...] | None = None
+    since: int | None = None
+    until: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
