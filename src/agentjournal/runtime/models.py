@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentjournal.errors import InvalidArgument
 from agentjournal.runtime.agent import ERROR_PREFIX, ModelReply, RequestedCall, Tool
 from agentjournal.runtime.openai_model import OpenAIChatModel
+from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
 
-__all__ = ["OpenAIChatModel", "Script", "ScriptedModel"]
+__all__ = ["ChunkHook", "OpenAIChatModel", "Script", "ScriptedModel"]
+
+# Awaited before each chunk `ScriptedModel.stream` yields (its index counts from 0): a test's
+# delay, a stall until it says go, or a failure mid-stream (raise `ModelError`).
+ChunkHook = Callable[[int, ModelChunk], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +36,42 @@ class ScriptedModel:
     """A model that follows a script keyed by the user's message: no network, same answer every
     time. Call ids are `call_1`, `call_2`, ... counted over the calls in the context it is given."""
 
-    def __init__(self, scripts: Mapping[str, Script], fallback: str) -> None:
+    def __init__(
+        self,
+        scripts: Mapping[str, Script],
+        fallback: str,
+        *,
+        chunk_chars: int = 2,
+        on_chunk: ChunkHook | None = None,
+    ) -> None:
+        if chunk_chars < 1:
+            raise InvalidArgument("chunk_chars must be at least 1")
         self.scripts = dict(scripts)
         self.fallback = Script(fallback)
+        self.chunk_chars = chunk_chars
+        self.on_chunk = on_chunk
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: Sequence[Tool]
+    ) -> AsyncIterator[ModelChunk]:
+        """The reply `complete` gives, as deltas of `chunk_chars` characters (text first, then
+        each call's name with its first argument fragment, then the rest of its arguments),
+        then `Completed`. `on_chunk` is awaited before each chunk is yielded."""
+        reply = self.complete(messages, tools)
+        chunks: list[ModelChunk] = [TextDelta(piece) for piece in self._pieces(reply.content)]
+        for index, call in enumerate(reply.tool_calls):
+            fragments = self._pieces(call.arguments) or [""]
+            chunks.append(ToolCallDelta(index, call.call_id, call.name, fragments[0]))
+            chunks += [ToolCallDelta(index, None, None, part) for part in fragments[1:]]
+        chunks.append(Completed(reply))
+        for number, chunk in enumerate(chunks):
+            if self.on_chunk is not None:
+                await self.on_chunk(number, chunk)
+            yield chunk
+
+    def _pieces(self, text: str | None) -> list[str]:
+        size = self.chunk_chars
+        return [text[i : i + size] for i in range(0, len(text or ""), size)] if text else []
 
     def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
