@@ -609,3 +609,27 @@ class FakeAnthropic(_FakeModelServer):
         )
         await event("message_stop", {})
         await out.end()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve stamped replies until SIGTERM, in a process of its own (for benchmarks): the first
+    line printed is the server's URL."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="a fake model server for benchmarks")
+    parser.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
+    parser.add_argument("--chunks", type=int, default=50, help="text chunks per reply")
+    parser.add_argument("--interval", type=float, default=0.02, help="seconds between chunks")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI() if args.kind == "openai" else FakeAnthropic()
+    server.always(Reply(["x"] * args.chunks, stamp=True, interval=args.interval))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    with server:
+        print(server.url, flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Streaming turns: how long a model's delta takes to reach the client through `POST
+/v1/sessions/{id}/turns`, beside the same model server streamed directly, in the same run.
+
+    .venv/bin/python bench/stream_bench.py            # the full run (a few minutes)
+    .venv/bin/python bench/stream_bench.py --quick    # a smoke run (seconds; figures are rough)
+
+The model is the fake OpenAI-compatible server of the test suite (tests/fake_model_servers.py),
+in a process of its own: every reply is `--chunks` text chunks, `--interval` seconds apart, and
+each chunk's text is the server's `time.monotonic_ns()` taken just before it writes the chunk.
+The client (asyncio + httpx + httpx-sse, in this process) subtracts that from its own monotonic
+clock when the delta arrives (same machine, same clock), so each figure is "the model server
+sent it" → "the client has it":
+
+- direct (the baseline): the client streams `POST /v1/chat/completions` from the fake server
+  itself and reads each chunk's `delta.content`.
+- through /turns: `agentjournal serve --agent openai` (a subprocess, the CLI a user runs,
+  `OPENAI_BASE_URL` pointing at the fake server, durability `full`) runs each turn; the client
+  posts it with `Accept: text/event-stream` and reads each `text_delta` frame. Every turn is on a
+  fresh session, so every model call is the same.
+
+At concurrency C, C streams run at once (C direct, then C turns), for `rounds` rounds; the two
+sides alternate round by round so both see the same machine. "first delta" is each stream's first
+chunk; "every delta" is all of them. Overhead = the /turns figure − the direct figure at the same
+percentile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx_sse
+from rich.console import Console
+from rich.table import Table
+
+from http_bench import Server, running
+from journal_bench import figure, source_fingerprint
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = ROOT / "tests" / "fake_model_servers.py"
+P99_OVERHEAD_TARGET = 0.005  # s, p99 overhead of /turns over the direct stream at one turn
+
+
+@dataclass(frozen=True)
+class Plan:
+    chunks: int  # text chunks per reply
+    interval: float  # s between chunks
+    concurrency: tuple[int, ...]
+    rounds: dict[int, int]  # concurrency -> rounds
+
+
+FULL = Plan(40, 0.01, (1, 100), {1: 100, 100: 5})
+QUICK = Plan(5, 0.005, (1, 4), {1: 3, 4: 1})
+
+
+def parse_stamps(text: str) -> list[int]:
+    return [int(part) for part in text.replace(">", "").split("<") if part]
+
+
+@dataclass
+class Side:
+    """One side's samples at one concurrency, in nanoseconds."""
+
+    first: list[int] = field(default_factory=list)
+    every: list[int] = field(default_factory=list)
+    streams: int = 0
+    complete: int = 0  # streams that got every chunk, in order
+
+
+def record(side: Side, latencies: list[int], stamps: list[int], chunks: int) -> None:
+    side.streams += 1
+    if latencies:
+        side.first.append(latencies[0])
+        side.every.extend(latencies)
+    if len(stamps) == chunks and stamps == sorted(stamps):
+        side.complete += 1
+
+
+@contextlib.contextmanager
+def fake_model(plan: Plan) -> Iterator[str]:
+    """The fake OpenAI server in its own process; yields its URL."""
+    command = [sys.executable, str(FAKE), "--chunks", str(plan.chunks)]
+    command += ["--interval", str(plan.interval)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"the fake model server did not start: {url!r}")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+async def direct(client: httpx.AsyncClient, url: str) -> tuple[list[int], list[int]]:
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": "go"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    latencies: list[int] = []
+    stamps: list[int] = []
+    async with httpx_sse.aconnect_sse(
+        client, "POST", f"{url}/v1/chat/completions", json=body
+    ) as source:
+        async for sse in source.aiter_sse():
+            now = time.monotonic_ns()
+            if sse.data == "[DONE]":
+                break
+            for choice in json.loads(sse.data)["choices"]:
+                sent = parse_stamps(choice["delta"].get("content") or "")
+                stamps += sent
+                latencies += [now - stamp for stamp in sent]
+    return latencies, stamps
+
+
+async def through_turns(client: httpx.AsyncClient, session_id: str) -> tuple[list[int], list[int]]:
+    latencies: list[int] = []
+    stamps: list[int] = []
+    async with httpx_sse.aconnect_sse(
+        client, "POST", f"/v1/sessions/{session_id}/turns", json={"content": "go"}
+    ) as source:
+        source.response.raise_for_status()
+        async for sse in source.aiter_sse():
+            now = time.monotonic_ns()
+            if sse.event == "text_delta":
+                sent = parse_stamps(json.loads(sse.data)["text"])
+                stamps += sent
+                latencies += [now - stamp for stamp in sent]
+            elif sse.event == "error":
+                raise RuntimeError(f"the turn failed: {sse.data}")
+    return latencies, stamps
+
+
+async def measure(plan: Plan, model_url: str, server: Server) -> dict[int, tuple[Side, Side]]:
+    most = max(plan.concurrency)
+    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
+    timeout = httpx.Timeout(120.0)
+    results: dict[int, tuple[Side, Side]] = {}
+    async with (
+        httpx.AsyncClient(limits=limits, timeout=timeout) as model_client,
+        httpx.AsyncClient(
+            base_url=server.base_url, headers=server.headers, limits=limits, timeout=timeout
+        ) as api,
+    ):
+
+        async def new_session() -> str:
+            made = await api.post("/v1/sessions", json={"metadata": {"agent": "openai"}})
+            made.raise_for_status()
+            return str(made.json()["session_id"])
+
+        # Warm both paths (connections, imports, the server's first turn) before timing.
+        await direct(model_client, model_url)
+        await through_turns(api, await new_session())
+        for concurrency in plan.concurrency:
+            direct_side, turns_side = Side(), Side()
+            for _ in range(plan.rounds[concurrency]):
+                for latencies, stamps in await asyncio.gather(
+                    *(direct(model_client, model_url) for _ in range(concurrency))
+                ):
+                    record(direct_side, latencies, stamps, plan.chunks)
+                sessions = await asyncio.gather(*(new_session() for _ in range(concurrency)))
+                for latencies, stamps in await asyncio.gather(
+                    *(through_turns(api, session) for session in sessions)
+                ):
+                    record(turns_side, latencies, stamps, plan.chunks)
+            results[concurrency] = (direct_side, turns_side)
+    return results
+
+
+def percentile(samples: Sequence[int], q: float) -> float | None:
+    """The q-th percentile (nearest rank) in seconds, or None without samples."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank] / 1e9
+
+
+def rows_of(results: dict[int, tuple[Side, Side]]) -> list[dict[str, Any]]:
+    rows = []
+    for concurrency, (base, turns) in results.items():
+        for what, pick in (("first delta", "first"), ("every delta", "every")):
+            a, b = getattr(base, pick), getattr(turns, pick)
+            figures = {
+                "direct p50": percentile(a, 50),
+                "direct p99": percentile(a, 99),
+                "/turns p50": percentile(b, 50),
+                "/turns p99": percentile(b, 99),
+            }
+            overhead = {
+                q: None
+                if figures[f"/turns {q}"] is None or figures[f"direct {q}"] is None
+                else figures[f"/turns {q}"] - figures[f"direct {q}"]  # type: ignore[operator]
+                for q in ("p50", "p99")
+            }
+            targeted = concurrency == 1
+            met = None
+            if targeted and overhead["p99"] is not None:
+                met = "yes" if overhead["p99"] < P99_OVERHEAD_TARGET else "NO"
+            rows.append(
+                {
+                    "bench": f"{what} @{concurrency} turn{'s' if concurrency > 1 else ''}",
+                    **figures,
+                    "overhead p50": overhead["p50"],
+                    "overhead p99": overhead["p99"],
+                    "target": "p99 < 5 ms" if targeted else "—",
+                    "met?": met or "—",
+                    "samples": f"{len(a)} / {len(b)}",
+                    "complete": f"{base.complete}/{base.streams}"
+                    f" · {turns.complete}/{turns.streams}",
+                }
+            )
+    return rows
+
+
+def render(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="streamed deltas: model server sent → client received")
+    columns = [
+        "benchmark",
+        "direct p50",
+        "direct p99",
+        "/turns p50",
+        "/turns p99",
+        "overhead p50",
+        "overhead p99",
+        "target",
+        "met?",
+        "samples (direct / turns)",
+        "streams complete",
+    ]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "benchmark" else "right")
+    for row in rows:
+        table.add_row(
+            row["bench"],
+            *(
+                figure(row[key], "s")
+                for key in (
+                    "direct p50",
+                    "direct p99",
+                    "/turns p50",
+                    "/turns p99",
+                    "overhead p50",
+                    "overhead p99",
+                )
+            ),
+            row["target"],
+            row["met?"],
+            row["samples"],
+            row["complete"],
+        )
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, seconds")
+    parser.add_argument("--dir", help="where the temporary database goes (default: the temp dir)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    started = time.perf_counter()
+    with (
+        tempfile.TemporaryDirectory(dir=args.dir) as workdir,
+        fake_model(plan) as model_url,
+    ):
+        os.environ.update(
+            OPENAI_BASE_URL=f"{model_url}/v1", OPENAI_API_KEY="bench", AGENTJOURNAL_MODEL="bench"
+        )
+        limits = ("--max-streams-per-key", "1000", "--rate-limit", "1000000")
+        with running(Path(workdir), "turns", "--agent", "openai", *limits) as server:
+            results = asyncio.run(measure(plan, model_url, server))
+    console.print(
+        f"{datetime.date.today()} · {'QUICK (smoke) run' if args.quick else 'full run'} · "
+        f"Python {platform.python_version()} · {platform.system()} {platform.machine()},"
+        f" {os.cpu_count()} CPUs · {plan.chunks} chunks {plan.interval * 1e3:g} ms apart ·"
+        f" src {source_fingerprint()} · {time.perf_counter() - started:.0f} s",
+        highlight=False,
+    )
+    rows = rows_of(results)
+    render(rows, console)
+    console.print(
+        "- overhead: the /turns percentile minus the direct one; 'streams complete': streams"
+        " that got every chunk in order, direct · through /turns.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
