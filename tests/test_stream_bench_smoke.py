@@ -10,12 +10,12 @@ from pathlib import Path
 from bench_runs import run_quick
 
 ROWS = [
-    "first delta @1 turn",
-    "every delta @1 turn",
-    "first delta @4 turns",
-    "every delta @4 turns",
+    f"{what} @{n} · {path}"
+    for n in ("1 turn", "4 turns")
+    for what in ("first delta", "every delta")
+    for path in ("direct (httpx-sse)", "OpenAIChatModel.stream()", "through /turns")
 ]
-COLUMNS = ["direct p50", "direct p99", "/turns p50", "/turns p99", "overhead p99", "met?"]
+COLUMNS = ["p50", "p99", "overhead p50", "overhead p99", "met?", "streams complete"]
 
 
 def test_quick_run_prints_every_row(tmp_path: Path) -> None:
