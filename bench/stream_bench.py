@@ -82,10 +82,15 @@ class Side:
     every: list[int] = field(default_factory=list)
     streams: int = 0
     complete: int = 0  # streams that got every chunk, in order
+    failures: list[str] = field(default_factory=list)  # streams that broke: why
 
 
-def record(side: Side, latencies: list[int], stamps: list[int], chunks: int) -> None:
+def record(side: Side, outcome: tuple[list[int], list[int]] | BaseException, chunks: int) -> None:
     side.streams += 1
+    if isinstance(outcome, BaseException):
+        side.failures.append(f"{type(outcome).__name__}: {outcome}")
+        return
+    latencies, stamps = outcome
     if latencies:
         side.first.append(latencies[0])
         side.every.extend(latencies)
@@ -191,19 +196,21 @@ async def measure(plan: Plan, model_url: str, server: Server) -> dict[int, dict[
         for concurrency in plan.concurrency:
             sides = {path: Side() for path in PATHS}
             for _ in range(plan.rounds[concurrency]):
-                for latencies, stamps in await asyncio.gather(
-                    *(direct(model_client, model_url) for _ in range(concurrency))
+                for outcome in await asyncio.gather(
+                    *(direct(model_client, model_url) for _ in range(concurrency)),
+                    return_exceptions=True,
                 ):
-                    record(sides[PATHS[0]], latencies, stamps, plan.chunks)
-                for latencies, stamps in await asyncio.gather(
-                    *(via_model(model) for _ in range(concurrency))
+                    record(sides[PATHS[0]], outcome, plan.chunks)
+                for outcome in await asyncio.gather(
+                    *(via_model(model) for _ in range(concurrency)), return_exceptions=True
                 ):
-                    record(sides[PATHS[1]], latencies, stamps, plan.chunks)
+                    record(sides[PATHS[1]], outcome, plan.chunks)
                 sessions = await asyncio.gather(*(new_session() for _ in range(concurrency)))
-                for latencies, stamps in await asyncio.gather(
-                    *(through_turns(api, session) for session in sessions)
+                for outcome in await asyncio.gather(
+                    *(through_turns(api, session) for session in sessions),
+                    return_exceptions=True,
                 ):
-                    record(sides[PATHS[2]], latencies, stamps, plan.chunks)
+                    record(sides[PATHS[2]], outcome, plan.chunks)
             results[concurrency] = sides
     await model.aclose()
     return results
@@ -246,6 +253,7 @@ def rows_of(results: dict[int, dict[str, Side]]) -> list[dict[str, Any]]:
                         "met?": met or "—",
                         "samples": str(len(samples)),
                         "complete": f"{side.complete}/{side.streams}",
+                        "failures": side.failures,
                     }
                 )
     return rows
@@ -283,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         limits = ("--max-streams-per-key", "1000", "--rate-limit", "1000000")
         with running(Path(workdir), "turns", "--agent", "openai", *limits) as server:
             results = asyncio.run(measure(plan, model_url, server))
+            broken = [
+                f for sides in results.values() for side in sides.values() for f in side.failures
+            ]
+            if broken:  # what the server said about them, for whoever reads the run
+                print(server.log.read_text()[-6000:], file=sys.stderr)
     console.print(
         f"{datetime.date.today()} · {'QUICK (smoke) run' if args.quick else 'full run'} · "
         f"Python {platform.python_version()} · {platform.system()} {platform.machine()},"
@@ -298,6 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         highlight=False,
         soft_wrap=True,
     )
+    for row in rows:
+        reasons = sorted(set(row["failures"]))
+        if reasons and row["bench"].startswith("first"):
+            console.print(
+                f"- {row['bench']}: {len(row['failures'])} streams broke: {'; '.join(reasons)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     return 0
 
 
