@@ -173,7 +173,11 @@ PATHS = ("direct (httpx-sse)", "OpenAIChatModel.stream()", "through /turns")
 
 async def measure(plan: Plan, model_url: str, server: Server) -> dict[int, dict[str, Side]]:
     most = max(plan.concurrency)
-    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
+    # The client lets an idle connection go (2 s) before uvicorn does (5 s): reusing one the
+    # server is closing at that moment breaks the request, and that is not what is measured.
+    limits = httpx.Limits(
+        max_connections=most, max_keepalive_connections=most, keepalive_expiry=2.0
+    )
     timeout = httpx.Timeout(120.0)
     results: dict[int, dict[str, Side]] = {}
     model = OpenAIChatModel("bench", base_url=f"{model_url}/v1", api_key="bench", retries=0)
