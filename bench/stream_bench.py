@@ -5,8 +5,9 @@
     .venv/bin/python bench/stream_bench.py --quick    # a smoke run (seconds; figures are rough)
 
 The model is the fake OpenAI-compatible server of the test suite (tests/fake_model_servers.py),
-in a process of its own: every reply is `--chunks` text chunks, `--interval` seconds apart, and
-each chunk's text is the server's `time.monotonic_ns()` taken just before it writes the chunk.
+in a process of its own: every reply is `chunks` text chunks, `interval` seconds apart, the
+first `first_delay` seconds after the request (the model's time to its first token), and each
+chunk's text is the server's `time.monotonic_ns()` taken just before it writes the chunk.
 The client (asyncio + httpx + httpx-sse, in this process) subtracts that from its own monotonic
 clock when the delta arrives (same machine, same clock), so each figure is "the model server
 sent it" → "the client has it":
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -62,12 +64,13 @@ P99_OVERHEAD_TARGET = 0.005  # s, p99 overhead of /turns over the direct stream 
 class Plan:
     chunks: int  # text chunks per reply
     interval: float  # s between chunks
+    first_delay: float  # s from the request to the first text chunk (the model's first token)
     concurrency: tuple[int, ...]
     rounds: dict[int, int]  # concurrency -> rounds
 
 
-FULL = Plan(40, 0.01, (1, 100), {1: 100, 100: 5})
-QUICK = Plan(5, 0.005, (1, 4), {1: 3, 4: 1})
+FULL = Plan(40, 0.01, 0.05, (1, 100), {1: 100, 100: 5})
+QUICK = Plan(5, 0.005, 0.005, (1, 4), {1: 3, 4: 1})
 
 
 def parse_stamps(text: str) -> list[int]:
@@ -102,7 +105,7 @@ def record(side: Side, outcome: tuple[list[int], list[int]] | BaseException, chu
 def fake_model(plan: Plan) -> Iterator[str]:
     """The fake OpenAI server in its own process; yields its URL."""
     command = [sys.executable, str(FAKE), "--chunks", str(plan.chunks)]
-    command += ["--interval", str(plan.interval)]
+    command += ["--interval", str(plan.interval), "--first-delay", str(plan.first_delay)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -281,8 +284,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, seconds")
     parser.add_argument("--dir", help="where the temporary database goes (default: the temp dir)")
+    parser.add_argument(
+        "--first-delay", type=float, help="s before the first text chunk (default: the plan's)"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.first_delay is not None:
+        plan = dataclasses.replace(plan, first_delay=args.first_delay)
     console = Console(width=None if sys.stdout.isatty() else 200)
     started = time.perf_counter()
     with (
@@ -303,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(
         f"{datetime.date.today()} · {'QUICK (smoke) run' if args.quick else 'full run'} · "
         f"Python {platform.python_version()} · {platform.system()} {platform.machine()},"
-        f" {os.cpu_count()} CPUs · {plan.chunks} chunks {plan.interval * 1e3:g} ms apart ·"
+        f" {os.cpu_count()} CPUs · {plan.chunks} chunks {plan.interval * 1e3:g} ms apart, the"
+        f" first {plan.first_delay * 1e3:g} ms after the request ·"
         f" src {source_fingerprint()} · {time.perf_counter() - started:.0f} s",
         highlight=False,
     )

@@ -649,9 +649,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
     parser.add_argument("--chunks", type=int, default=50, help="text chunks per reply")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between chunks")
+    parser.add_argument(
+        "--first-delay", type=float, default=0.0, help="seconds before the first text chunk"
+    )
     args = parser.parse_args(argv)
     server = FakeOpenAI() if args.kind == "openai" else FakeAnthropic()
-    server.always(Reply(["x"] * args.chunks, stamp=True, interval=args.interval))
+    reply = Reply(["x"] * args.chunks, stamp=True, interval=args.interval, stall=args.first_delay)
+    server.always(reply)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     with server:
