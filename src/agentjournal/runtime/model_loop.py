@@ -17,8 +17,8 @@ from concurrent.futures import CancelledError as FutureCancelled
 from typing import Any
 
 from agentjournal.errors import ModelError
-from agentjournal.runtime.agent import ModelReply, Tool
 from agentjournal.runtime.streaming import Completed, TextDelta, ToolCallDelta
+from agentjournal.runtime.types import ModelReply, Tool
 
 __all__ = ["TurnCancelled", "TurnControl", "model_loop", "stream_reply"]
 

@@ -14,16 +14,12 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
-from agentjournal.journal import Journal
 from agentjournal.runtime.model_loop import TurnControl
 from agentjournal.runtime.streaming import TextDelta, ToolCallDelta
-
-if TYPE_CHECKING:
-    from agentjournal.runtime.agent import Agent, TurnResult
+from agentjournal.runtime.types import TurnResult
 
 __all__ = ["AsyncTurnStream", "TurnItem", "TurnStream"]
 
@@ -36,21 +32,12 @@ class _End:
     error: BaseException | None
 
 
-class _Turn:
+class TurnThread:
     """One streamed turn on its own thread, handing every item to `deliver`."""
 
-    def __init__(
-        self,
-        agent: Agent,
-        journal: Journal,
-        session_id: str,
-        text: str,
-        idempotency_key: str | None,
-    ) -> None:
-        if not isinstance(text, str):
-            raise InvalidArgument("a turn's text must be a string")
-        self.agent, self.journal, self.session_id = agent, journal, session_id
-        self.text, self.idempotency_key = text, idempotency_key
+    def __init__(self, run: Callable[[Callable[[Any], None], TurnControl], TurnResult]) -> None:
+        # `run(deliver, control)` runs the turn, handing each delta and event to `deliver`.
+        self.run = run
         self.control = TurnControl()
         self.result: TurnResult | None = None
 
@@ -63,15 +50,7 @@ class _Turn:
 
     def _run(self, deliver: Callable[[Any], None]) -> None:
         try:
-            result = self.agent.run_turn(
-                self.journal,
-                self.session_id,
-                self.text,
-                idempotency_key=self.idempotency_key,
-                on_event=deliver,
-                on_delta=deliver,
-                control=self.control,
-            )
+            result = self.run(deliver, self.control)
         except BaseException as exc:  # handed to the reader, raised there
             deliver(_End(None, exc))
             return
@@ -85,7 +64,7 @@ class TurnStream:
     """A sync iterator of `TextDelta`, `ToolCallDelta` and `Event` items; it ends with the turn
     (raising the turn's error, if it failed). `result` is the `TurnResult` once it ended."""
 
-    def __init__(self, turn: _Turn) -> None:
+    def __init__(self, turn: TurnThread) -> None:
         self._turn = turn
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ended = False
@@ -119,7 +98,7 @@ class TurnStream:
 class AsyncTurnStream:
     """`TurnStream` as an async iterator; the turn starts at the first `__anext__`."""
 
-    def __init__(self, turn: _Turn) -> None:
+    def __init__(self, turn: TurnThread) -> None:
         self._turn = turn
         self._items: asyncio.Queue[Any] | None = None
         self._ended = False
