@@ -11,6 +11,7 @@ import {
   sessionPath,
   url,
 } from "./api.js";
+import { draft } from "./draft.js";
 import { describe, Fold } from "./fold.js";
 import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
@@ -123,6 +124,7 @@ async function loadSessions(options) {
 function closeSession() {
   generation += 1;
   current?.stream?.close();
+  draft.close();
   current = null;
   dropAnnouncement();
   // Item keys are seqs, the same in every session: another session's elements must not be reused.
@@ -231,6 +233,7 @@ function receive(frame) {
   const nearBottom =
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
   current.events.push(event);
+  draft.seen(current.id, event);
   current.last = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
