@@ -16,6 +16,7 @@ from agentjournal.events import Event
 from agentjournal.journal import EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import ContextFit, Format, ReplayFormat, Tokenizer
+from agentjournal.search import SearchPage
 from agentjournal.tasks import Recovery
 from agentjournal.transfer import ImportReport
 from agentjournal.verify import VerifyReport
@@ -234,6 +235,12 @@ class AsyncVerbs:
         with what is stored, and report each difference; `rebuild=True` also repairs them."""
         return await self._run(self.journal.verify, rebuild=rebuild)
 
+    async def reindex_search(self) -> int:
+        """Rebuild the full-text search index of the whole database (every tenant) from the
+        journal: for a database whose `verify()` reports index differences. Returns the number
+        of events read. Searches meanwhile see a partial index."""
+        return await self._run(self.journal.reindex_search)
+
     async def create_task(
         self,
         session_id: str,
@@ -351,13 +358,69 @@ class AsyncVerbs:
         return await self._run(self.journal.get_session, session_id)
 
     async def events(
-        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        before: int | None = None,
+        last: int | None = None,
+        around: int | None = None,
+        limit: int | None = None,
     ) -> list[Event]:
-        """A page of the session's events with seq > after, oldest first. With `before=N`, the
-        newest `limit` of those below seq N (still oldest first): reading backwards from the end
-        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
+        """A page of the session's events, always oldest first, read through the (session, seq)
+        index so that any page costs the same however long the session is.
+
+        - `after=N` (default 0): up to `limit` events with seq > N.
+        - `last=K`: the newest K events (of those above `after` and below `before`, when given),
+          like `messages(last=)`; then `before=page[0].seq` reads the K before those.
+        - `before=N`: the newest `limit` events below seq N.
+        - `around=N`: `limit` events centred on seq N (N itself, about half before it and the
+          rest after, more on one side where the other runs out): where to open a session at a
+          search hit or a time-travel point.
+
+        `limit` is 1-10,000, default 100; give it or `last`, not both. InvalidArgument for a
+        negative or non-integer seq, `before <= after`, or `around` with another cursor."""
         return await self._run(
-            self.journal.events, session_id, after=after, before=before, limit=limit
+            self.journal.events,
+            session_id,
+            after=after,
+            before=before,
+            last=last,
+            around=around,
+            limit=limit,
+        )
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_status: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        types: Sequence[str] | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """Events of this tenant whose text holds every word of `query` (message contents, tool
+        names, arguments and results, session titles and metadata), best first, with a snippet
+        each. Words, not syntax: punctuation separates words, and a trailing `*` matches a
+        prefix (docs/search.md).
+
+        Filters: `session_status` as in `sessions()` (None: active and archived), `since` /
+        `until` (unix ms, `created_at` in [since, until)), `types` (event types). `limit` hits
+        per page (at most 100); the next page: `cursor=page.next_cursor`, with the same query
+        and filters. Ranks within the newest 1,000 matches at a time. `InvalidArgument` for a
+        query without words or over 500 characters; `SearchUnavailable` where the database
+        cannot search (SQLite without FTS5)."""
+        return await self._run(
+            self.journal.search,
+            query,
+            session_status=session_status,
+            since=since,
+            until=until,
+            types=types,
+            limit=limit,
+            cursor=cursor,
         )
 
     async def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:

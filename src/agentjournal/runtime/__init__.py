@@ -10,6 +10,7 @@ from agentjournal.runtime.agent import (
     Tool,
     TurnResult,
 )
+from agentjournal.runtime.anthropic_model import AnthropicModel
 from agentjournal.runtime.model_loop import TurnControl
 from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
 from agentjournal.runtime.resume import ResumeReport, resume_incomplete
@@ -25,6 +26,7 @@ from agentjournal.runtime.worker import Handler, PermanentFailure, TaskRun, Work
 
 __all__ = [
     "Agent",
+    "AnthropicModel",
     "AsyncTurnStream",
     "Completed",
     "Handler",

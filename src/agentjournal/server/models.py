@@ -111,6 +111,17 @@ class EventPage(BaseModel):
     next_after: int | str | None = Field(
         description="pass as ?after= for the next page; null when this page was the last"
     )
+    next_before: int | None = Field(
+        default=None,
+        description="reading backwards or around: pass as ?before= for the older page; null "
+        "when the page starts at the first event",
+    )
+
+
+class FeedHead(BaseModel):
+    position: str | None = Field(
+        description="the newest committed event's position; null while the tenant has none"
+    )
 
 
 class SessionOut(BaseModel):
