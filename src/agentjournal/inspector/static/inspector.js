@@ -12,6 +12,7 @@ import {
   sessionPath,
   url,
 } from "./api.js";
+import { draft } from "./draft.js";
 import { describe, Fold } from "./fold.js";
 import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
@@ -127,6 +128,7 @@ async function loadSessions(options) {
 function closeSession() {
   generation += 1;
   current?.stream?.close();
+  draft.close();
   current = null;
   dropAnnouncement();
   // Item keys are seqs, the same in every session: another session's elements must not be reused.
@@ -325,6 +327,7 @@ function receive(frame) {
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
   const anchor = scrollAnchor($("timeline"));
   const added = current.window.push(event, nearBottom && current.following);
+  draft.seen(current.id, event);
   current.last = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
