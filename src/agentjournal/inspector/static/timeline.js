@@ -98,13 +98,21 @@ export class EventWindow {
   }
 }
 
-/** The first item of `list` on screen and where it is, to put it back there after a render. */
+/**
+ * The first item of `list` on screen and where it is, to put it back there after a render.
+ * Preferably not an assistant turn or a lone tool result: when older events load, those near the
+ * window's start may merge into a turn that starts earlier, where the other items stay as built.
+ */
 export function scrollAnchor(list) {
-  for (const item of list.children) {
+  const items = [...list.children];
+  const onScreen = items.filter((item) => {
     const { top, bottom } = item.getBoundingClientRect();
-    if (bottom > 0) return { item, seq: Number(item.dataset.seq), top };
-  }
-  return null;
+    return bottom > 0 && top < window.innerHeight;
+  });
+  const MERGING = ["assistant_turn", "tool_result"];
+  const stable = onScreen.find((li) => li !== items[0] && !MERGING.includes(li.dataset.type));
+  const item = stable ?? onScreen.find((li) => li !== items[0]) ?? onScreen[0];
+  return item ? { item, seq: Number(item.dataset.seq), top: item.getBoundingClientRect().top } : null;
 }
 
 /**
