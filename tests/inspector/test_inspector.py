@@ -336,6 +336,61 @@ def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) 
     assert page.evaluate("window.__countWrites") == 1
 
 
+def test_a_sessions_page_read_before_a_live_event_does_not_bring_its_count_back(
+    inspector: Browsing,
+) -> None:
+    # The race that made the test above fail once: the search's page was read before the append
+    # and answered after the page had shown the append's live event.
+    session_id = new_order_session(inspector)
+    page = inspector.open(session_id)
+    expect_live(page)
+    held: list[Route] = []
+    page.route("**/v1/sessions?*", lambda route: held.append(route))
+    page.get_by_label("Search by title or id").fill(session_id)
+    for _ in range(400):  # bounded: the debounced request is on its way
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    stale = held[0].fetch()  # read now, before the append
+    append(inspector.server, session_id, "user_message", {"content": "after the read"})
+    expect(timeline(page)).to_contain_text("after the read")
+    held[0].fulfill(response=stale)
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
+    expect(page.locator("#session-list a[aria-current=page]")).to_contain_text("11 events")
+
+
+def test_the_sessions_list_is_live(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        older = journal.create_session(f"older {tag}").session_id
+        newer = journal.create_session(f"newer {tag}").session_id
+    page = inspector.open()
+    links = page.locator("#session-list a")
+    expect(links.first).to_contain_text(f"newer {tag}")
+    lists_asked = len(sessions_pages_asked(inspector))
+    # Activity moves a session to the top with its count, without asking for the list.
+    with inspector.journal() as journal:
+        for number in range(30):
+            journal.append(older, "user_message", {"content": f"news {number}"})
+    expect(links.first).to_contain_text(f"older {tag}")
+    expect(links.first).to_contain_text("31 events")
+    expect(links.nth(1)).to_contain_text(newer)
+    assert len(sessions_pages_asked(inspector)) == lists_asked
+    # A new session brings the first page again, and shows at the top.
+    with inspector.journal() as journal:
+        created = journal.create_session(f"created {tag}").session_id
+        journal.update_session(newer, status="deleted")
+    expect(links.first).to_contain_text(created)
+    expect(links.filter(has_text=newer)).to_have_count(0)  # deleted: not in "Not deleted"
+    # The feed's news is shown at most once a second: one reload for both.
+    assert len(sessions_pages_asked(inspector)) <= lists_asked + 2
+
+
+def sessions_pages_asked(inspector: Browsing) -> list[str]:
+    return [r.url for r in inspector.requests if urlsplit(r.url).path == "/v1/sessions"]
+
+
 # -- one session's timeline -------------------------------------------------------------------
 
 
