@@ -16,6 +16,7 @@ from agentjournal.events import Event
 from agentjournal.journal import EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import ContextFit, Format, ReplayFormat, Tokenizer
+from agentjournal.search import SearchPage
 from agentjournal.tasks import Recovery
 from agentjournal.transfer import ImportReport
 from agentjournal.verify import VerifyReport
@@ -234,6 +235,12 @@ class AsyncVerbs:
         with what is stored, and report each difference; `rebuild=True` also repairs them."""
         return await self._run(self.journal.verify, rebuild=rebuild)
 
+    async def reindex_search(self) -> int:
+        """Rebuild the full-text search index of the whole database (every tenant) from the
+        journal: for a database whose `verify()` reports index differences. Returns the number
+        of events read. Searches meanwhile see a partial index."""
+        return await self._run(self.journal.reindex_search)
+
     async def create_task(
         self,
         session_id: str,
@@ -381,6 +388,39 @@ class AsyncVerbs:
             last=last,
             around=around,
             limit=limit,
+        )
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_status: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        types: Sequence[str] | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """Events of this tenant whose text holds every word of `query` (message contents, tool
+        names, arguments and results, session titles and metadata), best first, with a snippet
+        each. Words, not syntax: punctuation separates words, and a trailing `*` matches a
+        prefix (docs/search.md).
+
+        Filters: `session_status` as in `sessions()` (None: active and archived), `since` /
+        `until` (unix ms, `created_at` in [since, until)), `types` (event types). `limit` hits
+        per page (at most 100); the next page: `cursor=page.next_cursor`, with the same query
+        and filters. Ranks within the newest 1,000 matches at a time. `InvalidArgument` for a
+        query without words or over 500 characters; `SearchUnavailable` where the database
+        cannot search (SQLite without FTS5)."""
+        return await self._run(
+            self.journal.search,
+            query,
+            session_status=session_status,
+            since=since,
+            until=until,
+            types=types,
+            limit=limit,
+            cursor=cursor,
         )
 
     async def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:

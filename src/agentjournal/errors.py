@@ -12,6 +12,7 @@
     ├── SessionClosed                       append to a deleted session             HTTP 409
     ├── ContextTooLarge      (ValueError)   not even the newest turn fits           HTTP 422
     ├── ModelError                          the agent's model failed or is down     HTTP 502
+    ├── SearchUnavailable                   this database cannot search (no FTS5)   HTTP 501
     └── StorageError         (OSError)      the database could not do what we asked HTTP 503
 
 A rejected append writes nothing: every error above is raised before, or rolls back, the
@@ -29,6 +30,7 @@ __all__ = [
     "JournalError",
     "ModelError",
     "PayloadTooLarge",
+    "SearchUnavailable",
     "SessionClosed",
     "SessionNotFound",
     "StorageError",
@@ -110,6 +112,11 @@ class ModelError(JournalError):
     """The agent's model could not answer (unreachable, refused, or replied with nonsense).
 
     What the turn journaled so far stays; `resume_incomplete()` finishes the turn later."""
+
+
+class SearchUnavailable(JournalError):
+    """Full-text search is not available here: the SQLite library this Python uses was built
+    without FTS5. Appends and every other read keep working."""
 
 
 class StorageError(JournalError, OSError):

@@ -17,7 +17,13 @@ from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_m
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.backends.urls import Durability as Durability  # re-exported: integrations use it
 from agentjournal.backends.urls import open_storage
-from agentjournal.errors import Conflict, InvalidArgument, InvalidEvent, SessionNotFound
+from agentjournal.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidEvent,
+    SearchUnavailable,
+    SessionNotFound,
+)
 from agentjournal.events import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Event,
@@ -523,6 +529,8 @@ class Journal(TaskVerbs):
         """Rebuild every projection of this tenant from the journal with the pure fold, compare
         with what is stored, and report each difference; `rebuild=True` also repairs them."""
         report = VerifyReport(integrity=self.storage.integrity_errors())
+        searchable = True
+        search_differences = False
         for session_id in self.storage.session_ids(self.tenant):
             events = self.storage.events(self.tenant, session_id)
             stored = self.storage.session(self.tenant, session_id)
@@ -543,7 +551,25 @@ class Journal(TaskVerbs):
             if found and rebuild:
                 self._rewrite(expected)
                 report.rebuilt.append(session_id)
+            if searchable:
+                try:
+                    indexed = self.storage.search_index_ids(self.tenant, session_id)
+                except SearchUnavailable:
+                    searchable = False
+                    continue
+                missing = verify.compare_search_index(session_id, events, *indexed)
+                report.differences += missing
+                search_differences = search_differences or bool(missing)
+        if search_differences and rebuild:
+            self.storage.reindex()
+            report.rebuilt.append("search_index")
         return report
+
+    def reindex_search(self) -> int:
+        """Rebuild the full-text search index of the whole database (every tenant) from the
+        journal: for a database whose `verify()` reports index differences. Returns the number
+        of events read. Searches meanwhile see a partial index."""
+        return self.storage.reindex()
 
     def _rewrite(self, expected: projection.Projection) -> None:
         self.storage.write(lambda tx: tx.replace_projection(self.tenant, expected))

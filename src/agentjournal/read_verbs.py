@@ -4,7 +4,7 @@ none writes. `TaskVerbs`, then `Journal`, stand on them."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
@@ -21,6 +21,7 @@ from agentjournal.replay import (
     fit_context,
     replay,
 )
+from agentjournal.search import SearchPage, run_search
 
 __all__ = ["ReadVerbs"]
 
@@ -95,6 +96,40 @@ class ReadVerbs(JournalCore):
         newer = self.storage.events(self.tenant, session_id, after=seq - 1, limit=size)
         keep_older = min(len(older), max(size // 2, size - len(newer)))
         return older[len(older) - keep_older :] + newer[: size - keep_older]
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_status: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        types: Sequence[str] | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """Events of this tenant whose text holds every word of `query` (message contents, tool
+        names, arguments and results, session titles and metadata), best first, with a snippet
+        each. Words, not syntax: punctuation separates words, and a trailing `*` matches a
+        prefix (docs/search.md).
+
+        Filters: `session_status` as in `sessions()` (None: active and archived), `since` /
+        `until` (unix ms, `created_at` in [since, until)), `types` (event types). `limit` hits
+        per page (at most 100); the next page: `cursor=page.next_cursor`, with the same query
+        and filters. Ranks within the newest 1,000 matches at a time. `InvalidArgument` for a
+        query without words or over 500 characters; `SearchUnavailable` where the database
+        cannot search (SQLite without FTS5)."""
+        return run_search(
+            self.storage,
+            self.tenant,
+            query,
+            session_status=session_status,
+            since=since,
+            until=until,
+            types=types,
+            limit=limit,
+            cursor=cursor,
+        )
 
     def events_all(self, *, after: str | None = None, limit: int = 100) -> list[Event]:
         """A page of the tenant's global feed after `after`, in ascending position order.

@@ -9,8 +9,15 @@ from typing import Any
 
 from agentjournal.events import MESSAGE_ROLES, Event
 from agentjournal.projection import Message, Projection, Session, Task, ToolCall
+from agentjournal.search_text import event_text
 
-__all__ = ["Difference", "VerifyReport", "compare_session", "journal_errors"]
+__all__ = [
+    "Difference",
+    "VerifyReport",
+    "compare_search_index",
+    "compare_session",
+    "journal_errors",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +135,25 @@ def compare_session(
         [f for f in Task.__slots__ if f not in {"task_id", "session_id"}],
     )
     return differences
+
+
+def compare_search_index(
+    session_id: str, events: Sequence[Event], indexed: set[int], complete_upto: int
+) -> list[Difference]:
+    """The session's events missing from the search index (those up to `complete_upto` that
+    have text to search) and index rows of its events that should not be there."""
+    expected = {
+        e.event_id for e in events if e.event_id <= complete_upto and event_text(e.type, e.payload)
+    }
+    seqs = {e.event_id: e.seq for e in events}
+    return [
+        Difference(
+            "search_index",
+            f"{session_id}/{seqs[event_id]}",
+            "*",
+            _summary(True if event_id in indexed else None),
+            _summary(True if event_id in expected else None),
+        )
+        for event_id in sorted(expected ^ indexed)
+        if event_id in seqs
+    ]

@@ -336,28 +336,29 @@ def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) 
     assert page.evaluate("window.__countWrites") == 1
 
 
-def test_a_sessions_page_read_before_a_live_event_does_not_bring_its_count_back(
-    inspector: Browsing,
-) -> None:
-    # The race that made the test above fail once: the search's page was read before the append
-    # and answered after the page had shown the append's live event.
+def test_a_list_answer_older_than_a_live_event_does_not_undo_it(inspector: Browsing) -> None:
+    # The list's page can be read before an append commits and arrive after the append's live
+    # event: the open session's row must keep what the live event showed.
     session_id = new_order_session(inspector)
     page = inspector.open(session_id)
     expect_live(page)
-    held: list[Route] = []
-    page.route("**/v1/sessions?*", lambda route: held.append(route))
+    row = page.locator("#session-list a[aria-current=page]")
+    expect(row).to_contain_text("10 events")
+    held: list[tuple[Route, Any]] = []
+    page.route("**/v1/sessions?*", lambda route: held.append((route, route.fetch())))
     page.get_by_label("Search by title or id").fill(session_id)
     for _ in range(400):  # bounded: the debounced request is on its way
         if held:
             break
         page.wait_for_timeout(50)
-    assert len(held) == 1
-    stale = held[0].fetch()  # read now, before the append
-    append(inspector.server, session_id, "user_message", {"content": "after the read"})
-    expect(timeline(page)).to_contain_text("after the read")
-    held[0].fulfill(response=stale)
+    assert len(held) == 1  # answered by the server with the session at 10 events
+    append(inspector.server, session_id, "user_message", {"content": "after the list was read"})
+    expect(timeline(page)).to_contain_text("after the list was read")
+    expect(row).to_contain_text("11 events")
+    route, stale = held[0]
+    route.fulfill(response=stale)
     expect(page.locator("#session-count")).to_have_text("1 matching session")
-    expect(page.locator("#session-list a[aria-current=page]")).to_contain_text("11 events")
+    expect(row).to_contain_text("11 events")
 
 
 def test_the_sessions_list_is_live(inspector: Browsing) -> None:

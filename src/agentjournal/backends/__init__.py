@@ -17,6 +17,7 @@ from agentjournal.backends.group_commit import CommitSignal
 from agentjournal.events import Event, PreparedEvent
 from agentjournal.projection import Message, Projection, Session, Task, ToolCall
 from agentjournal.rules import SessionState
+from agentjournal.search_text import SearchFilter, SearchQuery
 
 __all__ = ["ApiKeyRow", "EventRow", "Storage", "WriteTx"]
 
@@ -203,6 +204,29 @@ class Storage(Protocol):
 
     def open_turns(self, tenant: str | None) -> list[Session]:
         """Sessions (not deleted) whose last turn has not ended, of one tenant or of all."""
+
+    def search(
+        self,
+        tenant: str,
+        query: SearchQuery,
+        where: SearchFilter,
+        below: int | None,
+        size: int,
+    ) -> list[tuple[int, float]]:
+        """(event_id, score) of the newest `size` events of the tenant that match every term of
+        `query` and pass `where`, with event_id at most `below`; newest first, higher score
+        more relevant. Every committed event is searchable. SearchUnavailable if the database
+        cannot search."""
+
+    def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
+        """The tenant's events of these ids (any order; ids of none are left out)."""
+
+    def search_index_ids(self, tenant: str, session_id: str) -> tuple[set[int], int]:
+        """The session's event ids the search index holds, and the event_id up to which every
+        searchable event must be in it (verify)."""
+
+    def reindex(self) -> int:
+        """Rebuild the search index from the journal; the number of events read."""
 
     def api_key(self, key_id: str) -> ApiKeyRow | None: ...
 

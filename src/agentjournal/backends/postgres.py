@@ -39,12 +39,13 @@ from agentjournal.backends.postgres_rows import (
     event_from_row,
     session_from_row,
 )
-from agentjournal.backends.postgres_write import CommitUnknown, Control
+from agentjournal.backends.postgres_write import CommitUnknown, Control, PostgresTx
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
 from agentjournal.events import Event
 from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.search_text import SearchFilter, SearchQuery
 
 __all__ = ["PostgresStorage"]
 
@@ -342,7 +343,7 @@ class PostgresStorage:
         """After a purge: VACUUM, so the purged rows' space is reclaimed and overwritten (the
         server's WAL keeps them until it is recycled, like any deleted row)."""
         with self._pool.connection() as conn:
-            conn.execute("VACUUM messages, tool_calls, tasks, events, sessions")
+            conn.execute("VACUUM search_index, messages, tool_calls, tasks, events, sessions")
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -572,6 +573,80 @@ class PostgresStorage:
         )
         return [ApiKeyRow(*row) for row in rows]
 
+    # -- search -----------------------------------------------------------------------------
+
+    def search(
+        self,
+        tenant: str,
+        query: SearchQuery,
+        where: SearchFilter,
+        below: int | None,
+        size: int,
+    ) -> list[tuple[int, float]]:
+        clauses = ["i.terms @@ q", "i.tenant = %s", "i.event_id <= %s", "s.status = ANY(%s)"]
+        params: list[Any] = [query.tsquery(), tenant, 2**62 if below is None else below]
+        params.append(list(where.statuses))
+        if where.types is not None:
+            clauses.append("e.type = ANY(%s)")
+            params.append(list(where.types))
+        if where.since is not None:
+            clauses.append("e.created_at >= %s")
+            params.append(where.since)
+        if where.until is not None:
+            clauses.append("e.created_at < %s")
+            params.append(where.until)
+        # The newest `size` matches, each scored: ranking all of a common word's matches would
+        # cost one ts_rank per event holding it (search.py).
+        rows = self._read(
+            tenant,
+            "SELECT i.event_id, ts_rank(i.terms, q) FROM to_tsquery('simple', %s) AS q,"
+            " search_index AS i JOIN events AS e ON e.event_id = i.event_id"
+            " JOIN sessions AS s ON s.session_id = i.session_id"
+            f" WHERE {' AND '.join(clauses)} ORDER BY i.event_id DESC LIMIT %s",
+            (*params, size),
+        )
+        return [(int(row[0]), float(row[1])) for row in rows]
+
+    def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
+        rows = self._read(
+            tenant,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = %s AND event_id = ANY(%s)",
+            (tenant, list(event_ids)),
+        )
+        return [event_from_row(row) for row in rows]
+
+    def search_index_ids(self, tenant: str, session_id: str) -> tuple[set[int], int]:
+        rows = self._read(
+            tenant,
+            "SELECT event_id FROM search_index WHERE session_id = %s AND tenant = %s",
+            (session_id, tenant),
+        )
+        return {int(row[0]) for row in rows}, 2**62  # written with the append: always complete
+
+    def reindex(self) -> int:
+        """Rebuild the search index, a page of events per transaction; events appended
+        meanwhile are indexed by their own appends."""
+        self.write(lambda tx: _postgres_tx(tx)._run("DELETE FROM search_index"))
+        total, after = 0, 0
+        while True:
+            rows = self._read(
+                None,
+                f"SELECT tenant, {EVENT_COLUMNS} FROM events WHERE event_id > %s"
+                " ORDER BY event_id LIMIT 2000",
+                (after,),
+            )
+            if not rows:
+                return total
+            events = [(row[0], event_from_row(row[1:])) for row in rows]
+
+            def index(tx: WriteTx, events: list[tuple[str, Event]] = events) -> None:
+                for tenant in {t for t, _ in events}:
+                    _postgres_tx(tx).index_events(tenant, [e for t, e in events if t == tenant])
+
+            self.write(index)
+            total += len(rows)
+            after = events[-1][1].event_id
+
     def integrity_errors(self) -> list[str]:
         """PostgreSQL checks its constraints on every write; what can still be wrong is a
         constraint someone dropped or disabled, and a purge left half-done."""
@@ -593,6 +668,11 @@ class PostgresStorage:
             )
         ]
         return problems
+
+
+def _postgres_tx(tx: WriteTx) -> PostgresTx:
+    assert isinstance(tx, PostgresTx)
+    return tx
 
 
 def _notified_tx(payload: str) -> int:

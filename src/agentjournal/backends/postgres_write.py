@@ -39,8 +39,16 @@ from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
 from agentjournal.projection import Projection, Task
 from agentjournal.rules import SessionState
+from agentjournal.search_text import event_text, index_text
 
 __all__ = ["Control", "PostgresTx"]
+
+
+def indexed_text(type_: str, payload: Mapping[str, Any]) -> str:
+    """The text to index of an event ('' if none), Chinese and Japanese as bigrams."""
+    text = event_text(type_, payload)
+    return index_text(text) if text else ""
+
 
 # New rows travel as one JSON document per table, an array of arrays read by jsonb_array_elements:
 # psycopg passes one string, where column arrays cost it a Python dumper call per element. The
@@ -62,10 +70,19 @@ _TOOL_CALL_ROWS: Final = (
     " SELECT r->>0, r->>1, r->>2, r->>3, r->>4, (r->>5)::bigint, r->>6, r->>7, (r->>8)::bigint"
     " FROM jsonb_array_elements(%s::jsonb) AS r"
 )
+# The searchable text of each new event that has some, as [session_id, seq, text]: the event_id
+# comes from `stored`.
+_SEARCH_ROWS: Final = (
+    "INSERT INTO search_index (event_id, tenant, session_id, terms)"
+    " SELECT s.event_id, s.tenant, s.session_id, to_tsvector('simple', r->>2)"
+    " FROM jsonb_array_elements(%s::jsonb) AS r"
+    " JOIN stored AS s ON s.session_id = r->>0 AND s.seq = (r->>1)::bigint"
+)
 _INSERT_EVENTS: Final = (
-    f"WITH stored AS ({_EVENT_ROWS} RETURNING event_id, tx::text, session_id, seq),"
-    f" added_messages AS ({_MESSAGE_ROWS}), opened_calls AS ({_TOOL_CALL_ROWS})"
-    " SELECT * FROM stored"
+    f"WITH stored AS ({_EVENT_ROWS} RETURNING event_id, tx::text, session_id, seq, tenant),"
+    f" added_messages AS ({_MESSAGE_ROWS}), opened_calls AS ({_TOOL_CALL_ROWS}),"
+    f" searched AS ({_SEARCH_ROWS})"
+    " SELECT event_id, tx, session_id, seq FROM stored"
 )
 _LOCK_SESSION: Final = (
     "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = %s FOR UPDATE"
@@ -350,6 +367,13 @@ class PostgresTx:
                     ]
                 ),
                 *self._new_rows(projected, tenants, ""),
+                _to_json(
+                    [
+                        (r.session_id, r.seq, text)
+                        for r in rows
+                        if (text := indexed_text(r.event.type, r.event.payload))
+                    ]
+                ),
             ),
         )
         placed = {(sid, seq): (event_id, int(tx)) for event_id, tx, sid, seq in found}
@@ -372,7 +396,26 @@ class PostgresTx:
         events = sorted((event_from_row(row) for row in rows), key=lambda e: e.seq)
         self._advanced(events)
         self._project(events, tenant)
+        self.index_events(tenant, events)
         return len(events)
+
+    def index_events(self, tenant: str, events: Sequence[Event]) -> None:
+        """Search rows for stored events of `tenant` (a fork's copies, a rebuild)."""
+        self._run(
+            "INSERT INTO search_index (event_id, tenant, session_id, terms)"
+            " SELECT (r->>0)::bigint, %s, r->>1, to_tsvector('simple', r->>2)"
+            " FROM jsonb_array_elements(%s::jsonb) AS r",
+            (
+                tenant,
+                _to_json(
+                    [
+                        (e.event_id, e.session_id, text)
+                        for e in events
+                        if (text := indexed_text(e.type, e.payload))
+                    ]
+                ),
+            ),
+        )
 
     def _advanced(self, events: Sequence[Event]) -> None:
         """Remember the newest position written, for the commit's notification."""
@@ -506,7 +549,7 @@ class PostgresTx:
             " pending) VALUES (%s, %s, %s, %s, %s, 1) RETURNING purge_id",
             (tenant, session_id, actor, at, count),
         )[0][0]
-        for table in ("messages", "tool_calls", "tasks", "events", "sessions"):
+        for table in ("search_index", "messages", "tool_calls", "tasks", "events", "sessions"):
             self._run(
                 sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)),
                 (session_id,),

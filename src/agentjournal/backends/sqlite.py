@@ -34,12 +34,15 @@ from agentjournal.backends.sqlite_rows import (
     session_from_row,
     tool_call_from_row,
 )
+from agentjournal.backends.sqlite_search import CREATE as CREATE_SEARCH_INDEX
+from agentjournal.backends.sqlite_search import SearchIndex, fts5_available
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
-from agentjournal.backends.sqlite_write import Control
+from agentjournal.backends.sqlite_write import Control, SQLiteTx
 from agentjournal.backends.turn_holds import TurnHolds
-from agentjournal.errors import Conflict, InvalidArgument, StorageError
+from agentjournal.errors import Conflict, InvalidArgument, SearchUnavailable, StorageError
 from agentjournal.events import Event
 from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.search_text import SearchFilter, SearchQuery
 
 __all__ = ["SQLiteStorage"]
 
@@ -118,6 +121,7 @@ class SQLiteStorage:
         self._local = threading.local()
         self._writer = self._connect(writer=True)
         self._migrate()
+        self._search = self._open_search_index()
         self.wal = (
             None
             if wal_limit_bytes is None
@@ -126,7 +130,7 @@ class SQLiteStorage:
         if self.wal is not None:
             self.wal.configure(self._writer)
         self.signal = CommitSignal()
-        self._group = GroupCommit(Control(self._writer, self.wal), self.signal.notify)
+        self._group = GroupCommit(Control(self._writer, self.wal, self._search), self.signal.notify)
         # In-process only: two servers on one file would not see each other's turns.
         self._turns = TurnHolds()
 
@@ -212,6 +216,21 @@ class SQLiteStorage:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _open_search_index(self) -> SearchIndex | None:
+        """The FTS5 index, created on the first open by a SQLite that has FTS5; None without."""
+        if not fts5_available(self._writer):
+            return None
+        try:
+            self._writer.execute(CREATE_SEARCH_INDEX)
+        except sqlite3.Error as exc:
+            self._writer.close()
+            raise StorageError(f"cannot create the search index of {self.path!r}: {exc}") from exc
+        index = SearchIndex()
+        (index.upto_hint,) = self._writer.execute(
+            "SELECT indexed_upto FROM search_state"
+        ).fetchone()
+        return index
 
     def close(self) -> None:
         self._closed = True
@@ -435,7 +454,117 @@ class SQLiteStorage:
     def integrity_errors(self) -> list[str]:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"foreign key: {row}" for row in self._read("PRAGMA foreign_key_check")]
+        if self._search is not None:
+            try:
+                # Writes nothing; FTS5 checks its own structure (a command, hence the writer).
+                self.write(
+                    lambda tx: _sqlite_tx(tx).conn.execute(
+                        "INSERT INTO search_index (search_index) VALUES ('integrity-check')"
+                    )
+                )
+            except StorageError as exc:
+                problems.append(f"search index: {exc}")
         return problems
+
+    # -- search -----------------------------------------------------------------------------
+
+    def _searchable(self) -> SearchIndex:
+        if self._search is None:
+            raise SearchUnavailable(
+                f"search needs SQLite's FTS5, which the SQLite library here (version"
+                f" {sqlite3.sqlite_version}) was built without; appends and reads work as before"
+            )
+        return self._search
+
+    def index_pending(self, chunk: int = 4096) -> int:
+        """Bring the search index up to the newest committed event; how many events were read."""
+        self._searchable()
+        total = 0
+        while True:
+            rows = self._read(
+                "SELECT indexed_upto < (SELECT coalesce(max(event_id), 0) FROM events)"
+                " FROM search_state"
+            )
+            if not rows[0][0]:
+                return total
+            total += self.write(lambda tx: _sqlite_tx(tx).index_pending(chunk))
+
+    def reindex(self) -> int:
+        """Rebuild the search index from the journal (a database older than the index, or one
+        whose check found differences); the number of events read."""
+        self._searchable()
+        self.write(lambda tx: _sqlite_tx(tx).clear_search_index())
+        return self.index_pending()
+
+    def search(
+        self,
+        tenant: str,
+        query: SearchQuery,
+        where: SearchFilter,
+        below: int | None,
+        size: int,
+    ) -> list[tuple[int, float]]:
+        self.index_pending()
+        clauses = ["search_index MATCH ?", "search_index.rowid <= ?", "e.tenant = ?"]
+        params: list[Any] = [query.fts5(), 2**62 if below is None else below, tenant]
+        clauses.append(f"s.status IN ({', '.join('?' * len(where.statuses))})")
+        params += where.statuses
+        if where.types is not None:
+            clauses.append(f"e.type IN ({', '.join('?' * len(where.types))})")
+            params += where.types
+        if where.since is not None:
+            clauses.append("e.created_at >= ?")
+            params.append(where.since)
+        if where.until is not None:
+            clauses.append("e.created_at < ?")
+            params.append(where.until)
+        # The newest `size` matches, scored; FTS5 walks its matches newest first and stops there,
+        # so a common word costs `size` scores, not one per event holding it.
+        try:
+            rows = (
+                self._reader()
+                .execute(
+                    "SELECT search_index.rowid, -bm25(search_index) FROM search_index"
+                    " CROSS JOIN events AS e ON e.event_id = search_index.rowid"
+                    " CROSS JOIN sessions AS s ON s.session_id = e.session_id"
+                    f" WHERE {' AND '.join(clauses)} ORDER BY search_index.rowid DESC LIMIT ?",
+                    (*params, size),
+                )
+                .fetchall()
+            )
+        except sqlite3.OperationalError as exc:
+            if "fts5" in str(exc):
+                # A character this SQLite's tokenizer splits and Python's Unicode data does
+                # not (a newer letter): the query's fault, not the database's.
+                raise InvalidArgument(f"query cannot be searched: {exc}") from exc
+            raise StorageError(f"read failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"read failed: {exc}") from exc
+        return [(int(row[0]), float(row[1])) for row in rows]
+
+    def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
+        rows = self._read(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ?"
+            " AND event_id IN (SELECT value FROM json_each(?))",
+            (tenant, json.dumps(list(event_ids))),
+        )
+        return [event_from_row(row) for row in rows]
+
+    def search_index_ids(self, tenant: str, session_id: str) -> tuple[set[int], int]:
+        """The session's event ids the index holds, and the event id it is complete up to."""
+        self._searchable()
+        rows = self._read(
+            "SELECT d.id FROM events AS e JOIN search_index_docsize AS d ON d.id = e.event_id"
+            " WHERE e.session_id = ? AND e.tenant = ?",
+            (session_id, tenant),
+        )
+        upto = self._read("SELECT indexed_upto FROM search_state")[0][0]
+        return {int(row[0]) for row in rows}, int(upto)
+
+
+def _sqlite_tx(tx: WriteTx) -> SQLiteTx:
+    assert isinstance(tx, SQLiteTx)
+    return tx
 
 
 def _lower(text: str | None) -> str | None:

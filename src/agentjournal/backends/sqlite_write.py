@@ -25,6 +25,7 @@ from agentjournal.backends.sqlite_rows import (
     event_from_row,
     position_number,
 )
+from agentjournal.backends.sqlite_search import SearchIndex
 from agentjournal.backends.sqlite_wal import WalLimit
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
@@ -68,9 +69,14 @@ _INSERT_TASK: Final = (
 class Control:
     """Transaction statements on the writer connection, for group commit."""
 
-    def __init__(self, conn: sqlite3.Connection, wal: WalLimit | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        wal: WalLimit | None = None,
+        search: SearchIndex | None = None,
+    ) -> None:
         self.conn = conn
-        self.tx = SQLiteTx(conn)
+        self.tx = SQLiteTx(conn, search)
         self.wal = wal
 
     def begin(self) -> None:
@@ -100,10 +106,12 @@ class Control:
 
 
 class SQLiteTx:
-    """`WriteTx` on the writer connection."""
+    """`WriteTx` on the writer connection. `search`: the FTS5 index, None where this SQLite has
+    no FTS5."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, search: SearchIndex | None = None) -> None:
         self.conn = conn
+        self.search = search
 
     def _one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = self.conn.execute(sql, params).fetchone()
@@ -266,6 +274,8 @@ class SQLiteTx:
                 )
             )
         self._project(stored, {row.session_id: row.tenant for row in rows})
+        if self.search is not None and stored:
+            self.search.maybe_catch_up(self.conn, stored[-1].event_id)
         return stored
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
@@ -278,7 +288,10 @@ class SQLiteTx:
         rows = self.conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq", (target_id,)
         ).fetchall()
-        self._project([event_from_row(row) for row in rows], None)
+        copied = [event_from_row(row) for row in rows]
+        self._project(copied, None)
+        if self.search is not None and copied:
+            self.search.maybe_catch_up(self.conn, max(e.event_id for e in copied))
         return len(rows)
 
     def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
@@ -410,12 +423,28 @@ class SQLiteTx:
             " pending) VALUES (?, ?, ?, ?, ?, 1)",
             (tenant, session_id, actor, at, count),
         )
+        if self.search is not None:
+            self.search.remove_session(self.conn, session_id)
+        elif self._one("SELECT 1 FROM sqlite_master WHERE name = 'search_index'", ()):
+            raise StorageError(
+                "this SQLite has no FTS5, so purge cannot remove the session from the search"
+                " index that this database holds; purge with a SQLite that has FTS5"
+            )
         for table in ("messages", "tool_calls", "tasks", "events", "sessions"):
             self.conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
         self.conn.execute(
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
         )
         return count
+
+    def index_pending(self, limit: int) -> int:
+        """Bring the search index up to the newest events, at most `limit` of them; how many
+        were read (0: it is complete)."""
+        return 0 if self.search is None else self.search.catch_up(self.conn, limit)
+
+    def clear_search_index(self) -> None:
+        if self.search is not None:
+            self.search.clear(self.conn)
 
     def insert_api_key(self, key: ApiKeyRow) -> None:
         self.conn.execute(

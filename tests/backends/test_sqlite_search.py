@@ -1,0 +1,88 @@
+"""The SQLite search index (backends/sqlite_search.py): it follows the journal in batches inside
+append transactions, every search sees every committed event, it rebuilds, and a SQLite without
+FTS5 still appends."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentjournal import InvalidArgument, Journal, SearchUnavailable
+from agentjournal.backends import sqlite as sqlite_backend
+from agentjournal.backends.sqlite_search import BATCH, CREATE
+from agentjournal.search_text import index_text, parse_query
+
+
+def indexed_upto(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT indexed_upto FROM search_state").fetchone()[0])
+
+
+def test_appends_index_in_batches_and_a_search_sees_the_rest(db_path: Path) -> None:
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("batches").session_id
+        journal.append(sid, "user_message", {"content": "puffin"})
+        assert indexed_upto(db_path) == 0  # below BATCH: not yet
+        assert [h.seq for h in journal.search("puffin").hits] == [2]
+        assert indexed_upto(db_path) == 2  # the search brought it up to date
+        for n in range(BATCH):
+            journal.append(sid, "user_message", {"content": f"gannet {n}"})
+        assert indexed_upto(db_path) == BATCH + 2  # the append that reached BATCH indexed them
+        assert journal.verify().ok
+
+
+def test_a_database_from_before_the_index_is_searchable_after_reindex(db_path: Path) -> None:
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("old").session_id
+        journal.append(sid, "user_message", {"content": "ptarmigan"})
+    with closing(sqlite3.connect(db_path)) as conn:  # as a version-4 file would be
+        conn.execute("DROP TABLE search_index")
+        conn.execute("UPDATE search_state SET indexed_upto = 0")
+        conn.commit()
+    with Journal.open(db_path) as journal:
+        assert journal.reindex_search() == 2
+        assert [h.seq for h in journal.search("ptarmigan").hits] == [2]
+        assert journal.verify().ok
+
+
+def test_without_fts5_appends_work_and_search_says_why(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No SQLite without FTS5 is at hand: the probe answers as such a build's would.
+    monkeypatch.setattr(sqlite_backend, "fts5_available", lambda conn: False)
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("plain").session_id
+        journal.append(sid, "user_message", {"content": "kittiwake"})
+        with pytest.raises(SearchUnavailable, match="FTS5"):
+            journal.search("kittiwake")
+        with pytest.raises(SearchUnavailable):
+            journal.reindex_search()
+        assert journal.verify().ok
+        journal.purge_session(sid)  # no index in this file: nothing to leave behind
+
+
+_memory = sqlite3.connect(":memory:")
+_memory.execute(CREATE)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=200))
+def test_every_parsed_query_is_valid_fts5(text: str) -> None:
+    try:
+        query = parse_query(text)
+    except InvalidArgument:
+        return
+    _memory.execute("INSERT INTO search_index (search_index) VALUES ('delete-all')")
+    _memory.execute(
+        "INSERT INTO search_index (rowid, body) VALUES (1, ?)", (index_text(" ".join(query.words)),)
+    )
+    rows = _memory.execute(
+        "SELECT rowid FROM search_index WHERE search_index MATCH ?", (query.fts5(),)
+    ).fetchall()
+    # The text made of the query's own words holds every one of its terms.
+    assert rows == [(1,)]
