@@ -240,7 +240,7 @@ async function jumpTo(seq) {
       showProblem(error);
     return false;
   } finally {
-    if (ticket === shown.jump) shown.loading = false;
+    shown.loading = false;
   }
   if (mine !== generation || ticket !== shown.jump) return false;
   refold();

@@ -13,6 +13,7 @@ export class EventWindow {
     this.sessionId = sessionId;
     this.events = [];
     this.last = 0; // the session's newest seq, as far as the page knows
+    this.replaced = 0; // counts replace(): a page asked for before one is stale
   }
 
   get first() {
@@ -56,6 +57,7 @@ export class EventWindow {
   }
 
   replace(events) {
+    this.replaced += 1;
     this.events = events;
     this.last = Math.max(this.last, this.newest);
   }
@@ -63,9 +65,9 @@ export class EventWindow {
   /** Loads the page before the window, dropping the newest events beyond MAX_EVENTS. */
   async older() {
     if (this.atStart) return false;
-    const first = this.first;
+    const [first, replaced] = [this.first, this.replaced];
     const { events } = await this.page({ before: first, last: PAGE });
-    if (this.first !== first) return false; // the window moved meanwhile: this page is stale
+    if (this.replaced !== replaced) return false; // the window was replaced meanwhile: stale
     this.events = [...events, ...this.events].slice(0, MAX_EVENTS);
     return events.length > 0;
   }
@@ -74,7 +76,9 @@ export class EventWindow {
   async newer() {
     if (this.atEnd) return false;
     const newest = this.newest;
+    const replaced = this.replaced;
     const { events } = await this.page({ after: newest, limit: PAGE });
+    if (this.replaced !== replaced) return false; // the window was replaced meanwhile: stale
     // Live events may have been added meanwhile: keep each seq once.
     const fresh = events.filter((e) => e.seq > this.newest);
     if (events.length === 0) this.last = newest; // nothing after all
