@@ -29,6 +29,8 @@ BLOCKED = (
     "psycopg_pool",
     "agents",
     "langgraph",
+    "openai",
+    "anthropic",
 )
 
 CHILD = r"""
@@ -58,7 +60,7 @@ else:
     report["blocker_works"] = False
 
 import agentjournal
-import agentjournal.runtime  # noqa: F401  the runtime needs httpx only, a core dependency
+import agentjournal.runtime  # the runtime imports without any extra; its models ask for theirs
 from agentjournal import Journal
 from agentjournal.cli import main
 
@@ -77,6 +79,14 @@ except agentjournal.JournalError as exc:
     report["postgres_error"] = [type(exc).__name__, str(exc)]
 except BaseException as exc:
     report["postgres_error"] = ["not a JournalError: " + type(exc).__name__, str(exc)]
+
+for name in ("OpenAIChatModel", "AnthropicModel"):
+    try:
+        getattr(agentjournal.runtime, name)("some-model", api_key="k")
+    except agentjournal.JournalError as exc:
+        report[name] = [type(exc).__name__, str(exc)]
+    except BaseException as exc:
+        report[name] = ["not a JournalError: " + type(exc).__name__, str(exc)]
 
 
 def cli(*args):
@@ -148,6 +158,17 @@ def test_postgresql_without_psycopg_is_a_typed_error_naming_the_extra(
     kind, message = child["postgres_error"]
     assert kind == "InvalidArgument"
     assert "pip install 'agentjournal[postgres]'" in message
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"), [("OpenAIChatModel", "openai"), ("AnthropicModel", "anthropic")]
+)
+def test_a_model_without_its_client_is_a_typed_error_naming_the_extra(
+    child: dict[str, Any], model: str, extra: str
+) -> None:
+    kind, message = child[model]
+    assert kind == "InvalidArgument"
+    assert f"pip install 'agentjournal[{extra}]'" in message
 
 
 @pytest.mark.parametrize(

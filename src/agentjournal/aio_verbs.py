@@ -358,13 +358,36 @@ class AsyncVerbs:
         return await self._run(self.journal.get_session, session_id)
 
     async def events(
-        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        before: int | None = None,
+        last: int | None = None,
+        around: int | None = None,
+        limit: int | None = None,
     ) -> list[Event]:
-        """A page of the session's events with seq > after, oldest first. With `before=N`, the
-        newest `limit` of those below seq N (still oldest first): reading backwards from the end
-        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
+        """A page of the session's events, always oldest first, read through the (session, seq)
+        index so that any page costs the same however long the session is.
+
+        - `after=N` (default 0): up to `limit` events with seq > N.
+        - `last=K`: the newest K events (of those above `after` and below `before`, when given),
+          like `messages(last=)`; then `before=page[0].seq` reads the K before those.
+        - `before=N`: the newest `limit` events below seq N.
+        - `around=N`: `limit` events centred on seq N (N itself, about half before it and the
+          rest after, more on one side where the other runs out): where to open a session at a
+          search hit or a time-travel point.
+
+        `limit` is 1-10,000, default 100; give it or `last`, not both. InvalidArgument for a
+        negative or non-integer seq, `before <= after`, or `around` with another cursor."""
         return await self._run(
-            self.journal.events, session_id, after=after, before=before, limit=limit
+            self.journal.events,
+            session_id,
+            after=after,
+            before=before,
+            last=last,
+            around=around,
+            limit=limit,
         )
 
     async def search(

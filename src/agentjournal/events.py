@@ -258,6 +258,11 @@ def _check_message(type_: str, payload: Mapping[str, Any]) -> None:
     _require_str(payload, "content", type_, nonempty=False)
     if "supersedes" in payload:
         _require_seq(payload, "supersedes", type_)
+    if "interrupted" in payload and (
+        type_ != "assistant_message" or not isinstance(payload["interrupted"], bool)
+    ):
+        # A reply cut short by a cancel: the text the user saw, marked so.
+        raise InvalidEvent("'interrupted' is a boolean that only an assistant_message carries")
     usage = payload.get("usage")
     if usage is not None:
         if type_ != "assistant_message":

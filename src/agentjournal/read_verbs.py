@@ -34,24 +34,68 @@ class ReadVerbs(JournalCore):
         return session
 
     def events(
-        self, session_id: str, *, after: int = 0, before: int | None = None, limit: int = 100
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        before: int | None = None,
+        last: int | None = None,
+        around: int | None = None,
+        limit: int | None = None,
     ) -> list[Event]:
-        """A page of the session's events with seq > after, oldest first. With `before=N`, the
-        newest `limit` of those below seq N (still oldest first): reading backwards from the end
-        is `before=session.last_seq + 1`, then `before=page[0].seq`."""
-        check_int(after, "after", 0)
-        check_int(limit, "limit", 1, MAX_PAGE)
+        """A page of the session's events, always oldest first, read through the (session, seq)
+        index so that any page costs the same however long the session is.
+
+        - `after=N` (default 0): up to `limit` events with seq > N.
+        - `last=K`: the newest K events (of those above `after` and below `before`, when given),
+          like `messages(last=)`; then `before=page[0].seq` reads the K before those.
+        - `before=N`: the newest `limit` events below seq N.
+        - `around=N`: `limit` events centred on seq N (N itself, about half before it and the
+          rest after, more on one side where the other runs out): where to open a session at a
+          search hit or a time-travel point.
+
+        `limit` is 1-10,000, default 100; give it or `last`, not both. InvalidArgument for a
+        negative or non-integer seq, `before <= after`, or `around` with another cursor."""
         sid = check_id(session_id, "session_id")
-        if before is None:
-            events = self.storage.events(self.tenant, sid, after=after, limit=limit)
+        check_int(after, "after", 0)
+        if last is not None:
+            if limit is not None:
+                raise InvalidArgument("give last or limit, not both: last is the page's size")
+            size = check_int(last, "last", 1, MAX_PAGE)
         else:
-            check_int(before, "before", 1)
+            size = 100 if limit is None else check_int(limit, "limit", 1, MAX_PAGE)
+        if around is not None:
+            check_int(around, "around", 1)
+            if before is not None or last is not None or after:
+                raise InvalidArgument("around takes no after, before or last: it is the cursor")
+            events = self._around(sid, around, size)
+        elif before is None and last is None:
+            events = self.storage.events(self.tenant, sid, after=after, limit=size)
+        else:
+            if before is not None:
+                check_int(before, "before", 1)
+                if before <= after:
+                    raise InvalidArgument(f"before must be above after, got {before} <= {after}")
             events = self.storage.events(
-                self.tenant, sid, after=after, until=before - 1, limit=limit, newest_first=True
+                self.tenant,
+                sid,
+                after=after,
+                until=None if before is None else before - 1,
+                limit=size,
+                newest_first=True,
             )[::-1]
         if not events:
             self.get_session(session_id)
         return events
+
+    def _around(self, session_id: str, seq: int, size: int) -> list[Event]:
+        """`size` events around `seq`: two index range reads of at most `size` rows each."""
+        older = self.storage.events(
+            self.tenant, session_id, until=seq - 1, limit=size, newest_first=True
+        )[::-1]
+        newer = self.storage.events(self.tenant, session_id, after=seq - 1, limit=size)
+        keep_older = min(len(older), max(size // 2, size - len(newer)))
+        return older[len(older) - keep_older :] + newer[: size - keep_older]
 
     def search(
         self,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentjournal.errors import ContextTooLarge
+from agentjournal.errors import ContextTooLarge, InvalidArgument
 from agentjournal.events import CLEARED, ITEM_REMOVED, MESSAGE_ROLES, Event
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Format",
     "ReplayFormat",
     "Tokenizer",
+    "anthropic_messages",
     "estimate_tokens",
     "fit_context",
     "replay",
@@ -236,6 +237,41 @@ def _anthropic(fold: _Fold, messages: Sequence[_Msg]) -> dict[str, Any]:
         else:
             out.append(rendered)
     return {"system": system or None, "messages": out}
+
+
+def anthropic_messages(messages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI Chat Completions messages (what `replay` returns and an agent sends) in Anthropic's
+    shape, `{"system": str | None, "messages": [...]}`, rendered exactly as
+    `replay(format="anthropic")` renders the same history. A tool message may carry
+    `"is_error": true` (not part of OpenAI's shape) to mark its result as an error."""
+    folded: list[_Msg] = []
+    for anchor, message in enumerate(messages):
+        try:
+            role = message["role"]
+            content = message.get("content")
+            if role == "tool":
+                folded.append(
+                    _Msg(
+                        anchor,
+                        "tool",
+                        content,
+                        call_id=message["tool_call_id"],
+                        is_error=bool(message.get("is_error")),
+                    )
+                )
+                continue
+            calls = [
+                _Call(c["id"], c["function"]["name"], c["function"]["arguments"])
+                for c in message.get("tool_calls") or ()
+            ]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InvalidArgument(f"message {anchor} is not a chat message: {exc!r}") from exc
+        if role not in ("system", "user", "assistant") or not (
+            content is None or isinstance(content, str)
+        ):
+            raise InvalidArgument(f"message {anchor} has role {role!r} or non-text content")
+        folded.append(_Msg(anchor, role, content, calls))
+    return _anthropic(_Fold(None, None, folded), folded)
 
 
 def _render(

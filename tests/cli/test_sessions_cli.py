@@ -304,6 +304,26 @@ def test_show_json_is_session_events_tool_calls_tasks(seeded: Seeded) -> None:
     assert shown["tasks"][0]["progress"] == 0.4
 
 
+def test_show_reads_part_of_a_long_session_with_last_before_and_around(seeded: Seeded) -> None:
+    def seqs(*args: str) -> list[int]:
+        shown = json.loads(ok("show", seeded.chat, "--db", seeded.url, "--json", *args).stdout)
+        return [e["seq"] for e in shown["events"]]
+
+    assert seqs("--last", "3") == [8, 9, 10]
+    assert seqs("--before", "5", "--last", "2") == [3, 4]
+    assert seqs("--before", "4") == [1, 2, 3]
+    assert seqs("--around", "5", "--last", "3") == [4, 5, 6]
+    windowed = json.loads(
+        ok("show", seeded.chat, "--db", seeded.url, "--json", "--last", "1").stdout
+    )
+    assert windowed["tool_calls"] == [], "only the calls of the events shown"
+    text = ok("show", seeded.chat, "--db", seeded.url, "--last", "3").stdout
+    assert "showing events #8-#10 of 10" in text
+    refused = run("show", seeded.chat, "--db", seeded.url, "--around", "3", "--before", "5")
+    assert refused.exit_code != 0
+    assert "not both" in refused.output
+
+
 def test_show_marks_corrections_compactions_and_session_updates(seeded_file: Seeded) -> None:
     sid = seeded_file.chat
     with Journal.open(seeded_file.url) as journal:
@@ -413,6 +433,15 @@ def test_tail_no_follow_prints_the_backlog_after_a_seq(seeded_file: Seeded) -> N
     assert "tool_call get_order" in lines[2]
     assert lines[8].startswith("#10 ")
     assert "task_progress" in lines[8]
+
+
+def test_tail_last_starts_with_the_newest_events(seeded_file: Seeded) -> None:
+    db = ("--db", seeded_file.url)
+    printed = ok("tail", seeded_file.chat, "--last", "2", "--no-follow", "--json", *db).stdout
+    assert [json.loads(line)["seq"] for line in printed.splitlines()] == [9, 10]
+    refused = run("tail", seeded_file.chat, "--last", "2", "--after", "3", *db)
+    assert refused.exit_code != 0
+    assert "--last" in refused.output
 
 
 def test_tail_all_no_follow_prints_the_feed_after_a_position(seeded_file: Seeded) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentjournal import Event, InvalidArgument, Journal
+from agentjournal import Event, InvalidArgument, Journal, SessionNotFound
 from agentjournal.transfer import committed_events
 from expected import settled_feed
 from helpers.contract import PROMPT, SEED, msg, seed
@@ -184,3 +184,60 @@ def test_position_keys_order_as_the_feed_does_and_refuse_what_is_no_position(
             journal.position_key(edge)
     else:
         assert journal.position_key(edge) >= 0
+
+
+def test_events_last_reads_the_newest_and_before_pages_back(journal: Journal) -> None:
+    sid = seed(journal)
+    journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
+    everything = journal.events(sid, limit=1000)
+    assert journal.events(sid, last=3) == everything[-3:], "the newest, oldest first"
+    assert journal.events(sid, last=1000) == everything
+    assert journal.events(sid, before=10, last=4) == everything[5:9]
+    assert journal.events(sid, after=15, last=50) == everything[15:]
+    seen: list[Event] = []
+    page = journal.events(sid, last=6)
+    while page:
+        seen = page + seen
+        page = journal.events(sid, before=page[0].seq, last=6)
+    assert seen == everything
+
+
+def test_events_around_centres_the_page_on_a_seq(journal: Journal) -> None:
+    sid = seed(journal)
+    journal.append_many(sid, [msg("user_message", str(i)) for i in range(13)])
+    everything = journal.events(sid, limit=1000)
+    assert [e.seq for e in journal.events(sid, around=10, limit=5)] == [8, 9, 10, 11, 12]
+    assert [e.seq for e in journal.events(sid, around=10, limit=4)] == [8, 9, 10, 11]
+    assert [e.seq for e in journal.events(sid, around=10, limit=1)] == [10]
+    # Where one side runs out, the other fills the page.
+    assert [e.seq for e in journal.events(sid, around=2, limit=5)] == [1, 2, 3, 4, 5]
+    assert [e.seq for e in journal.events(sid, around=20, limit=5)] == [16, 17, 18, 19, 20]
+    assert journal.events(sid, around=99, limit=3) == everything[-3:]
+    assert journal.events(sid, around=1, limit=1000) == everything
+
+
+def test_events_refuses_nonsense_cursors(journal: Journal) -> None:
+    sid = seed(journal)
+    for bad in (
+        {"before": 5, "after": 5},
+        {"before": 3, "after": 7},
+        {"before": -1},
+        {"before": 2.5},
+        {"before": True},
+        {"last": 0},
+        {"last": -3},
+        {"last": "7"},
+        {"last": 10**9},
+        {"last": 3, "limit": 3},
+        {"around": 0},
+        {"around": "4"},
+        {"around": 4, "before": 6},
+        {"around": 4, "after": 1},
+        {"around": 4, "last": 2},
+    ):
+        with pytest.raises(InvalidArgument):
+            journal.events(sid, **bad)
+    with pytest.raises(SessionNotFound):
+        journal.events("sess_missing", last=5)
+    with pytest.raises(SessionNotFound):
+        journal.events("sess_missing", around=5)

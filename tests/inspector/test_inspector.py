@@ -336,6 +336,31 @@ def test_the_session_count_is_written_only_when_it_changes(inspector: Browsing) 
     assert page.evaluate("window.__countWrites") == 1
 
 
+def test_a_list_answer_older_than_a_live_event_does_not_undo_it(inspector: Browsing) -> None:
+    # The list's page can be read before an append commits and arrive after the append's live
+    # event: the open session's row must keep what the live event showed.
+    session_id = new_order_session(inspector)
+    page = inspector.open(session_id)
+    expect_live(page)
+    row = page.locator("#session-list a[aria-current=page]")
+    expect(row).to_contain_text("10 events")
+    held: list[tuple[Route, Any]] = []
+    page.route("**/v1/sessions?*", lambda route: held.append((route, route.fetch())))
+    page.get_by_label("Search by title or id").fill(session_id)
+    for _ in range(400):  # bounded: the debounced request is on its way
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1  # answered by the server with the session at 10 events
+    append(inspector.server, session_id, "user_message", {"content": "after the list was read"})
+    expect(timeline(page)).to_contain_text("after the list was read")
+    expect(row).to_contain_text("11 events")
+    route, stale = held[0]
+    route.fulfill(response=stale)
+    expect(page.locator("#session-count")).to_have_text("1 matching session")
+    expect(row).to_contain_text("11 events")
+
+
 # -- one session's timeline -------------------------------------------------------------------
 
 
@@ -592,7 +617,9 @@ def test_the_stream_resumes_after_the_last_event_it_saw(
         expect(timeline(page).locator("li.user").last).to_contain_text("written while it was down")
         expect_live(page)
         expect(page.locator("#travel-output")).to_have_text("event 12 of 12 · live")
-        streams = [r for r in browsing.requests if r.url.endswith("/events/stream")]
+        streams = [
+            r for r in browsing.requests if r.url.endswith(f"/sessions/{session_id}/events/stream")
+        ]
         sent = [r.all_headers().get("last-event-id") for r in streams]
         # The first asked for what followed the page's load; every later one, for what
         # followed the last event it received live.
@@ -624,7 +651,7 @@ def test_the_stream_backs_off_on_server_errors_and_recovers(inspector: Browsing)
         problem = {"title": "Internal Server Error", "status": 500}
         route.fulfill(status=500, content_type="application/problem+json", json=problem)
 
-    page.route("**/events/stream", fail_three_times)
+    page.route("**/sessions/*/events/stream", fail_three_times)
     inspector.open(session_id)
     expect(page.locator("#live-state")).to_contain_text(re.compile(r"Reconnecting.*HTTP 500"))
     append(inspector.server, session_id, "user_message", {"content": "sent while it failed"})
@@ -646,7 +673,7 @@ def test_a_stream_the_server_refuses_stops_and_says_why(inspector: Browsing) -> 
         problem = {"title": "Invalid request", "status": 422, "detail": "no such cursor"}
         route.fulfill(status=422, content_type="application/problem+json", json=problem)
 
-    inspector.page.route("**/events/stream", refuse)
+    inspector.page.route("**/sessions/*/events/stream", refuse)
     page = inspector.open(session_id)
     state = page.locator("#live-state")
     expect(state).to_have_text("Stopped following (HTTP 422): no such cursor")

@@ -1,18 +1,15 @@
-"""The models the runtime ships: `OpenAIChatModel` against a small fake chat-completions server
-on loopback (the standard library's HTTP server in a thread, speaking the same JSON), and
-`ScriptedModel` as the demo's order agent uses it.
+"""The models the runtime ships, under `Agent.run_turn`: `OpenAIChatModel` against the fake
+OpenAI server on loopback (tests/fake_model_servers.py: real HTTP, OpenAI's streaming chunks), and
+`ScriptedModel` as the demo's order agent uses it. The streaming side of `OpenAIChatModel` is in
+test_openai_model.py.
 
 No test here reaches beyond 127.0.0.1: every `OPENAI_*` variable of the host is removed first.
 """
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from agentjournal.runtime import (
     resume_incomplete,
 )
 from expected import SEED_MESSAGES, a, settled_feed, t, u
+from fake_model_servers import Call, FakeOpenAI, Reply
 
 ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "AGENTJOURNAL_MODEL")
 LOOKUP_PARAMETERS = {
@@ -45,93 +43,10 @@ def no_host_config(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class FakeChatServer:
-    """Answers each POST with the next scripted (status, body); records every request."""
-
-    url: str
-    received: list[Received] = field(default_factory=list)
-    script: list[tuple[int, Any]] = field(default_factory=list)
-
-    def answer(self, *replies: tuple[int, Any]) -> None:
-        self.script.extend(replies)
-
-
-def completion(
-    content: str | None = None,
-    tool_calls: list[dict[str, Any]] | None = None,
-    usage: dict[str, int] | None = None,
-) -> tuple[int, dict[str, Any]]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "fake",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
-            }
-        ],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return 200, body
-
-
-def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
 @pytest.fixture
-def fake() -> Iterator[FakeChatServer]:
-    state: FakeChatServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = raw
-            state.received.append(
-                Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-            )
-            status, reply = (
-                state.script.pop(0) if state.script else (500, {"error": "nothing scripted"})
-            )
-            data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state = FakeChatServer(f"http://127.0.0.1:{server.server_address[1]}")
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
 
 
 @pytest.fixture
@@ -175,46 +90,52 @@ def turn_types(journal: Journal, session_id: str) -> list[str]:
 # -- OpenAIChatModel: the wire --------------------------------------------------------------
 
 
+def streamed(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Any:
+    """The body OpenAIChatModel sends: always streamed, usage asked for."""
+    body: dict[str, Any] = {
+        "model": "gpt-test",
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        body["tools"] = tools
+    return body
+
+
 def test_a_tool_turn_over_the_wire(
-    journal: Journal, fake: FakeChatServer, models: Callable[..., OpenAIChatModel]
+    journal: Journal, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
 ) -> None:
     fake.answer(
-        completion(
-            "let me look",
-            [tool_call("call_a", "lookup", '{"id": 3}')],
-            {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
-        ),
-        completion("item 3 is in stock.", usage={"prompt_tokens": 70, "completion_tokens": 8}),
+        Reply(["let ", "me ", "look"], [Call("call_a", "lookup", '{"id": 3}')], usage=(50, 10)),
+        Reply(["item 3 ", "is in stock."], usage=(70, 8)),
     )
     lookups = Lookups()
     agent = Agent(
-        models("gpt-test", base_url=fake.url, api_key="sk-arg"), [lookups.tool()], name="shop"
+        models("gpt-test", base_url=fake.base_url, api_key="sk-arg"),
+        [lookups.tool()],
+        name="shop",
     )
     session = agent.create_session(journal, system_prompt="You sell things.")
 
     result = agent.run_turn(journal, session.session_id, "is item 3 in stock?")
 
     assert result.reply == "item 3 is in stock."
-    assert [r.path for r in fake.received] == ["/chat/completions"] * 2
+    assert [r.path for r in fake.received] == ["/v1/chat/completions"] * 2
     first, second = fake.received
     assert first.method == "POST"
     assert first.headers["authorization"] == "Bearer sk-arg"
     assert first.headers["content-type"] == "application/json"
     system = {"role": "system", "content": "You sell things."}
-    assert first.body == {
-        "model": "gpt-test",
-        "messages": [system, u("is item 3 in stock?")],
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "lookup",
-                    "description": "Look an item up.",
-                    "parameters": LOOKUP_PARAMETERS,
-                },
-            }
-        ],
+    tool_schema = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look an item up.",
+            "parameters": LOOKUP_PARAMETERS,
+        },
     }
+    assert first.body == streamed([system, u("is item 3 in stock?")], [tool_schema])
     assert second.body["messages"] == [
         system,
         u("is item 3 in stock?"),
@@ -242,64 +163,77 @@ def test_a_tool_turn_over_the_wire(
     assert journal.verify().ok
 
 
-def test_arguments_sent_as_an_object_are_journaled_as_json_text(
-    journal: Journal, fake: FakeChatServer, models: Callable[..., OpenAIChatModel]
+def test_two_calls_in_one_reply_and_empty_arguments(
+    journal: Journal, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
 ) -> None:
-    fake.answer(completion(None, [tool_call("c1", "lookup", {"id": 4})]), completion("ok"))
+    fake.answer(
+        Reply(calls=[Call("c1", "lookup", '{"id": 4}'), Call("c2", "lookup", "")], usage=None),
+        Reply("ok", usage=None),
+    )
     lookups = Lookups()
-    agent = Agent(models("m", base_url=fake.url), [lookups.tool()])
+    agent = Agent(models("m", base_url=fake.base_url), [lookups.tool()])
     session = agent.create_session(journal)
 
-    agent.run_turn(journal, session.session_id, "item 4?")
+    result = agent.run_turn(journal, session.session_id, "item 4?")
 
-    [call] = journal.tool_calls(session.session_id)
-    assert (call.arguments, call.result) == ('{"id": 4}', "item 4 is in stock")
+    first, second = journal.tool_calls(session.session_id)
+    assert (first.call_id, first.arguments, first.result) == (
+        "c1",
+        '{"id": 4}',
+        "item 4 is in stock",
+    )
+    assert (second.call_id, second.arguments) == ("c2", "{}")  # no fragments: an empty object
+    assert result.events[-1].payload == {"content": "ok"}  # no usage sent, none journaled
     assert "authorization" not in fake.received[0].headers  # no key configured, none sent
 
 
-def test_no_tools_no_usage(
-    journal: Journal, fake: FakeChatServer, models: Callable[..., OpenAIChatModel]
+def test_no_tools(
+    journal: Journal, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
 ) -> None:
-    fake.answer(completion("hi!"))
-    agent = Agent(models("m", base_url=fake.url + "/v1/"))
+    fake.answer(Reply("hi!", usage=None))
+    agent = Agent(models("gpt-test", base_url=fake.base_url + "/"))
     session = agent.create_session(journal)
 
     result = agent.run_turn(journal, session.session_id, "hi")
 
     [request] = fake.received
     assert request.path == "/v1/chat/completions"  # the trailing slash is not doubled
-    assert request.body == {"model": "m", "messages": [u("hi")]}
+    assert request.body == streamed([u("hi")])
     assert result.events[-1].payload == {"content": "hi!"}
 
 
 def test_configuration_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, fake: FakeChatServer, models: Callable[..., OpenAIChatModel]
+    monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     monkeypatch.setenv("AGENTJOURNAL_MODEL", "aj-model")
     monkeypatch.setenv("OPENAI_MODEL", "openai-model")
-    fake.answer(completion("1"), completion("2"), completion("3"))
+    fake.answer(Reply("1"), Reply("2"), Reply("3"))
 
     assert models().complete([u("x")], []).content == "1"
     monkeypatch.delenv("AGENTJOURNAL_MODEL")
     assert models().complete([u("x")], []).content == "2"
-    explicit = models("explicit", base_url=fake.url + "/v2", api_key="sk-arg")
+    explicit = models("explicit", base_url=fake.url + "/v1", api_key="sk-arg")
     assert explicit.complete([u("x")], []).content == "3"
 
     assert [(r.path, r.headers["authorization"], r.body["model"]) for r in fake.received] == [
-        ("/chat/completions", "Bearer sk-env", "aj-model"),
-        ("/chat/completions", "Bearer sk-env", "openai-model"),
-        ("/v2/chat/completions", "Bearer sk-arg", "explicit"),
+        ("/v1/chat/completions", "Bearer sk-env", "aj-model"),
+        ("/v1/chat/completions", "Bearer sk-env", "openai-model"),
+        ("/v1/chat/completions", "Bearer sk-arg", "explicit"),
     ]
 
 
-def test_no_model_name_is_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_arguments_are_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9")
     with pytest.raises(InvalidArgument, match="AGENTJOURNAL_MODEL"):
         OpenAIChatModel()
     with pytest.raises(InvalidArgument):
         OpenAIChatModel("")
+    with pytest.raises(InvalidArgument, match="timeout"):
+        OpenAIChatModel("m", timeout=0)
+    with pytest.raises(InvalidArgument, match="retries"):
+        OpenAIChatModel("m", retries=-1)
 
 
 # -- OpenAIChatModel: failures are ModelError and leave the turn resumable ---------------------
@@ -314,40 +248,53 @@ def free_port() -> int:
 @pytest.mark.parametrize(
     ("reply", "match"),
     [
-        pytest.param((500, {"error": {"message": "overloaded"}}), "500", id="http-500"),
-        pytest.param((401, {"error": {"message": "bad key"}}), "401", id="http-401"),
-        pytest.param((200, b"<html>not json</html>"), "not a chat completion", id="not-json"),
-        pytest.param((200, {"error": "no choices"}), "not a chat completion", id="no-choices"),
+        pytest.param(Reply(status=500), "answered 500", id="http-500"),
+        pytest.param(Reply(status=401), "answered 401", id="http-401"),
+        pytest.param(Reply(["a", "b"], error_after=1), "error mid-stream", id="error-event"),
+        pytest.param(Reply(["a", "b"], drop_after=1), "broke off the stream", id="dropped"),
         pytest.param(
-            (200, {"choices": [{"message": {"content": 5}}]}),
-            "not a chat completion",
-            id="content-not-text",
+            Reply(["a", "b"], stall=30, stall_after=1), "timed out mid-stream", id="stall"
         ),
     ],
 )
-def test_a_bad_answer_is_a_model_error_and_writes_only_the_user_message(
+def test_a_failed_answer_is_a_model_error_and_writes_only_the_user_message(
     journal: Journal,
-    fake: FakeChatServer,
+    fake: FakeOpenAI,
     models: Callable[..., OpenAIChatModel],
-    reply: tuple[int, Any],
+    reply: Reply,
     match: str,
 ) -> None:
     fake.answer(reply)
-    agent = Agent(models("m", base_url=fake.url))
+    agent = Agent(models("m", base_url=fake.base_url, retries=0, timeout=0.5))
     session = agent.create_session(journal)
 
     with pytest.raises(ModelError, match=match):
         agent.run_turn(journal, session.session_id, "hi")
 
-    assert len(fake.received) == 1  # an answer is not retried
+    assert len(fake.received) == 1
     assert turn_types(journal, session.session_id) == ["user_message"]
     assert journal.get_session(session.session_id).turn_open is True
+
+
+def test_a_server_error_is_retried_by_the_client(
+    journal: Journal, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
+) -> None:
+    fake.answer(Reply(status=503), Reply(status=500), Reply("fine"))
+    agent = Agent(models("m", base_url=fake.base_url, retries=2))
+    session = agent.create_session(journal)
+
+    assert agent.run_turn(journal, session.session_id, "hi").reply == "fine"
+    assert len(fake.received) == 3
+    fake.answer(Reply(status=401))
+    with pytest.raises(ModelError, match="401"):
+        agent.run_turn(journal, session.session_id, "again")
+    assert len(fake.received) == 4  # a refusal is not retried
 
 
 def test_connection_refused_is_a_model_error(
     journal: Journal, models: Callable[..., OpenAIChatModel]
 ) -> None:
-    agent = Agent(models("m", base_url=f"http://127.0.0.1:{free_port()}", timeout=5))
+    agent = Agent(models("m", base_url=f"http://127.0.0.1:{free_port()}", retries=0, timeout=5))
     session = agent.create_session(journal)
 
     with pytest.raises(ModelError, match="cannot reach"):
@@ -358,22 +305,19 @@ def test_connection_refused_is_a_model_error(
 
 
 def test_a_model_error_mid_turn_is_finished_by_resume_once_the_server_works(
-    journal: Journal, fake: FakeChatServer, models: Callable[..., OpenAIChatModel]
+    journal: Journal, fake: FakeOpenAI, models: Callable[..., OpenAIChatModel]
 ) -> None:
     lookups = Lookups()
-    agent = Agent(models("m", base_url=fake.url), [lookups.tool()], name="shop")
+    agent = Agent(models("m", base_url=fake.base_url, retries=0), [lookups.tool()], name="shop")
     session = agent.create_session(journal)
-    fake.answer(
-        completion(None, [tool_call("c1", "lookup", '{"id": 7}')]),
-        (500, {"error": "overloaded"}),
-    )
+    fake.answer(Reply(calls=[Call("c1", "lookup", '{"id": 7}')]), Reply(status=500))
 
     with pytest.raises(ModelError):
         agent.run_turn(journal, session.session_id, "item 7?")
     assert turn_types(journal, session.session_id) == ["user_message", "tool_call", "tool_result"]
 
     # Still down: resume reports the session, writes nothing, and does not raise.
-    fake.answer((503, {"error": "still overloaded"}))
+    fake.answer(Reply(status=503))
     before = settled_feed(journal)
     down = resume_incomplete(journal, [agent])
     assert down.finished == []
@@ -383,7 +327,7 @@ def test_a_model_error_mid_turn_is_finished_by_resume_once_the_server_works(
     assert "503" in why
     assert settled_feed(journal) == before
 
-    fake.answer(completion("item 7 is in stock."))
+    fake.answer(Reply("item 7 is in stock."))
     report = resume_incomplete(journal, [agent])
 
     assert report.failed == []

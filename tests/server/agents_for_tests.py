@@ -3,13 +3,17 @@ this directory on PYTHONPATH). Not a test module: pytest collects nothing here."
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from agentjournal.demo.order_agent import FALLBACK, SCRIPTS, build
 from agentjournal.errors import ModelError
-from agentjournal.runtime import Agent, ModelReply, Tool
+from agentjournal.runtime import Agent, ModelChunk, ModelReply, ScriptedModel, Tool
 
 DOWN = "the model is down (a test's model that always fails)"
+BROKEN = "the model's stream broke off (a test's fault)"
 
 
 class DownModel:
@@ -21,3 +25,25 @@ class DownModel:
 
 def down() -> Agent:
     return Agent(DownModel(), [], name="down")
+
+
+def scripted() -> Agent:
+    """The demo agent ("demo": it answers the demo's sessions) on a `ScriptedModel` that streams
+    one character per delta, shaped by the environment: `AGENTJOURNAL_TEST_CHUNK_DELAY` seconds
+    before each chunk; at chunk `AGENTJOURNAL_TEST_STALL_AT` (counted from 0) it stalls until
+    its call is cancelled; at chunk `AGENTJOURNAL_TEST_FAIL_AT` it fails with a `ModelError`."""
+    delay = float(os.environ.get("AGENTJOURNAL_TEST_CHUNK_DELAY", "0"))
+    stall_at = int(os.environ.get("AGENTJOURNAL_TEST_STALL_AT", "-1"))
+    fail_at = int(os.environ.get("AGENTJOURNAL_TEST_FAIL_AT", "-1"))
+
+    async def shape(number: int, chunk: ModelChunk) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if number == stall_at:
+            await asyncio.Event().wait()  # never set: only a cancel (or a kill) ends it
+        if number == fail_at:
+            raise ModelError(BROKEN)
+
+    tools = list(build().tools.values())
+    model = ScriptedModel(SCRIPTS, FALLBACK, chunk_chars=1, on_chunk=shape)
+    return Agent(model, tools, name="demo")

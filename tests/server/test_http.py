@@ -244,6 +244,62 @@ def test_event_pages_follow_next_after(client: httpx.Client) -> None:
     assert_problem(client.get(f"/v1/sessions/{sid}/events", params={"limit": 1001}), 422)
 
 
+def test_event_pages_read_backwards_with_last_and_next_before(client: httpx.Client) -> None:
+    sid = new_session(client)["session_id"]
+    for i in range(9):
+        append(client, sid, "user_message", content=f"m{i}")  # seq 2-10
+    url = f"/v1/sessions/{sid}/events"
+    newest = client.get(url, params={"last": 4}).json()
+    assert [e["seq"] for e in newest["events"]] == [7, 8, 9, 10]
+    assert newest["next_before"] == 7
+    assert newest["next_after"] is None, "the newest page reaches the end"
+    seqs: list[int] = []
+    params: dict[str, int] = {"last": 4}
+    for _ in range(100):  # bounded
+        page = client.get(url, params=params).json()
+        seqs = [e["seq"] for e in page["events"]] + seqs
+        if page["next_before"] is None:
+            break
+        params = {"before": page["next_before"], "limit": 4}
+    assert seqs == list(range(1, 11))
+    older = client.get(url, params={"before": 5, "limit": 2}).json()
+    assert [e["seq"] for e in older["events"]] == [3, 4]
+    assert (older["next_before"], older["next_after"]) == (3, 4)
+    forward = client.get(url, params={"after": 8}).json()
+    assert forward["next_before"] is None
+
+
+def test_event_pages_around_a_seq_and_refuse_nonsense(client: httpx.Client) -> None:
+    sid = new_session(client)["session_id"]
+    for i in range(9):
+        append(client, sid, "user_message", content=f"m{i}")  # seq 2-10
+    url = f"/v1/sessions/{sid}/events"
+    page = client.get(url, params={"around": 5, "limit": 3}).json()
+    assert [e["seq"] for e in page["events"]] == [4, 5, 6]
+    assert (page["next_before"], page["next_after"]) == (4, 6)
+    for bad in (
+        {"before": 3, "after": 3},
+        {"before": 0},
+        {"before": "x"},
+        {"last": 0},
+        {"last": 1001},
+        {"last": 3, "limit": 3},
+        {"around": 0},
+        {"around": 3, "before": 5},
+        {"around": -2},
+    ):
+        assert_problem(client.get(url, params=bad), 422)
+    assert_problem(client.get("/v1/sessions/sess_missing/events", params={"last": 3}), 404)
+
+
+def test_the_feed_head_is_where_to_follow_the_feed_from(client: httpx.Client) -> None:
+    head = client.get("/v1/events/head")
+    assert head.status_code == 200, head.text
+    sid = new_session(client)["session_id"]
+    event = append(client, sid, "user_message", content="after the head")
+    assert client.get("/v1/events/head").json() == {"position": event["position"]}
+
+
 def test_messages_last_returns_the_latest_in_order(client: httpx.Client) -> None:
     sid = new_session(client)["session_id"]
     append(client, sid, "user_message", content="one")
@@ -427,6 +483,7 @@ def test_openapi_describes_every_endpoint(client: httpx.Client) -> None:
         "/v1/sessions/{session_id}/fork": {"post"},
         "/v1/sessions/{session_id}/compact": {"post"},
         "/v1/events/stream": {"get"},
+        "/v1/events/head": {"get"},
         "/healthz": {"get"},
         "/metrics": {"get"},
     }

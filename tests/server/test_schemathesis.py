@@ -14,14 +14,18 @@ requests carry a valid key, event types are often valid ones, a task report ofte
 attempt the task is at, and a created resource is sometimes requested again (the
 idempotent-repeat path). SSE GET operations (found from the spec: a 200 of `text/event-stream`)
 always get `follow=false`, which ends the stream after the backlog; a streamed turn ends with the
-turn.
+turn. The routes of one turn (`.../turns/{turn}/stream`, `.../cancel`) get turns the server holds:
+finished ones, and running ones whose model stalls until they are cancelled (those left are
+cancelled when the module ends).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,8 +40,9 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from agentjournal import Journal
-from agentjournal.demo.order_agent import build
+from agentjournal.demo.order_agent import FALLBACK, SCRIPTS, build
 from agentjournal.keys import ApiKeys
+from agentjournal.runtime import Agent, ModelChunk, Script, ScriptedModel, TextDelta
 from agentjournal.server import Limits, create_app
 from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 
@@ -78,6 +83,10 @@ SEED_EVENTS: list[dict[str, Any]] = [
 # one operation leaves the next one tasks to act on.
 TASK_POOLS = {"read": 3, "progress": 6, "complete": 6, "fail": 6, "cancel": 6}
 LEASE_SECONDS = 3600.0  # the seeded claims; none expires while the module runs
+# A message whose reply stalls before its first delta until the turn is cancelled.
+STALL, STALLED_REPLY = "请稍等", "⏳ 还在想"
+STALLED_TURNS, HELD_TURNS = 4, 2  # running (for cancel) and finished turns the server holds
+TURN_FRAMES = {"text_delta", "tool_call_delta", "reset"}  # a turn stream's frames besides events
 
 
 @dataclass
@@ -88,6 +97,8 @@ class Fuzz:
     sessions: list[str]  # the fuzzed tenant's
     foreign: str  # a session of another tenant
     agent_sessions: list[str]  # the fuzzed tenant's, bound to the served agent (for /turns)
+    held_turns: list[tuple[str, int]]  # (session, turn) the server holds frames of, ended
+    stalled_turns: list[tuple[str, int]]  # (session, turn) running until cancelled
     tasks: dict[str, list[str]]  # the fuzzed tenant's, by task route (`TASK_POOLS`)
     foreign_task: str  # a task of another tenant
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -121,12 +132,16 @@ def fuzz(fuzz_db: Path | str) -> Iterator[Fuzz]:
         seed.compact(sessions[1], until_seq=4, summary="a greeting and a lookup")
         sessions.append(seed.fork(sessions[0], at_seq=2).session_id)
         seed.delete_session(sessions[2])
-        agent = build()
+        agent = fuzz_agent()
         agent_sessions = []
         for index in range(4):
             session = agent.create_session(seed, f"agent {index}")
             agent.run_turn(seed, session.session_id, "你好")
             agent_sessions.append(session.session_id)
+        turn_sessions = [
+            agent.create_session(seed, f"turn {index}").session_id
+            for index in range(STALLED_TURNS + HELD_TURNS)
+        ]
         tasks, task_home = seed_tasks(seed)
         sessions.append(task_home)
         other = seed.for_tenant(OTHER)
@@ -136,11 +151,13 @@ def fuzz(fuzz_db: Path | str) -> Iterator[Fuzz]:
         ApiKeys(seed.storage).create(OTHER, "other")
     journal = Journal.open(db)
     app = create_app(journal, limits=Limits(requests_per_second=1e6, burst=10**6), agent=agent)
+    stalling: list[threading.Thread] = []
     try:
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         # Read a whole follow=false stream (the default stops after 20 events).
         schema.config.max_stream_events = 1_000_000
         check_seeded(schema, key, [*sessions, *agent_sessions], foreign)
+        held, stalled = seed_turns(schema, key, turn_sessions, stalling)
         yield Fuzz(
             schema,
             key,
@@ -148,16 +165,72 @@ def fuzz(fuzz_db: Path | str) -> Iterator[Fuzz]:
             sessions,
             foreign,
             agent_sessions,
+            held,
+            stalled,
             tasks,
             foreign_task,
         )
     finally:
         from schemathesis.python import asgi
 
+        host = app.state.service.agent_host
+        for log in host.frames.running():  # the stalled turns the fuzzing left running
+            if log.control is not None:
+                log.control.cancel()
+        for thread in stalling:
+            thread.join()
         shutdown = getattr(asgi, "shutdown_lifespans", None)  # closes the app's journal
         if shutdown is not None:
             shutdown()
         journal.close()
+
+
+def fuzz_agent() -> Agent:
+    """The demo agent, with one more message: `STALL`, whose reply stalls until cancelled."""
+
+    async def stall(number: int, chunk: ModelChunk) -> None:
+        if isinstance(chunk, TextDelta) and chunk.text.startswith(STALLED_REPLY[0]):
+            await asyncio.Event().wait()  # never set: only a cancel ends this call
+
+    demo = build()
+    scripts = {**SCRIPTS, STALL: Script(STALLED_REPLY)}
+    model = ScriptedModel(scripts, FALLBACK, on_chunk=stall)
+    return Agent(model, list(demo.tools.values()), name=demo.name, task_handlers=demo.task_handlers)
+
+
+def seed_turns(
+    schema: Any, key: str, sessions: list[str], threads: list[threading.Thread]
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Turns the server holds frames of, through its own /turns: `HELD_TURNS` finished ones, and
+    `STALLED_TURNS` that run until cancelled (each on a thread of ours, whose request ends with
+    its turn). Waits until every stalled turn has journaled its user message."""
+    from schemathesis.python import asgi
+
+    auth = {"Authorization": f"Bearer {key}"}
+    stalled, held = sessions[:STALLED_TURNS], sessions[STALLED_TURNS:]
+    with asgi.get_client(schema.app) as client:
+        for session_id in held:
+            response = client.post(
+                f"/v1/sessions/{session_id}/turns", json={"content": "你好"}, headers=auth
+            )
+            assert response.status_code == 201, response.text
+
+    def run_stalled(session_id: str) -> None:
+        with asgi.get_client(schema.app) as client:
+            client.post(f"/v1/sessions/{session_id}/turns", json={"content": STALL}, headers=auth)
+
+    for session_id in stalled:
+        thread = threading.Thread(target=run_stalled, args=(session_id,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    frames = schema.app.state.service.agent_host.frames
+    with asgi.get_client(schema.app) as client:
+        for session_id in stalled:  # the turn's stream exists once its user message is durable
+            url = f"/v1/sessions/{session_id}/turns/2/stream"
+            while client.get(url, params={"follow": "false"}, headers=auth).status_code == 404:
+                threading.Event().wait(0.01)
+    assert len(frames.running()) == STALLED_TURNS
+    return [(s, 2) for s in held], [(s, 2) for s in stalled]
 
 
 def seed_tasks(seed: Journal) -> tuple[dict[str, list[str]], str]:
@@ -237,6 +310,9 @@ def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> dict[str, str]:
         case.headers = {k: v for k, v in case.headers.items() if k.lower() != "authorization"}
     if case.path_parameters and "session_id" in case.path_parameters and choice["session"]:
         case.path_parameters = {**case.path_parameters, "session_id": choice["session"]}
+    if case.path_parameters and "turn" in case.path_parameters and choice["turn"]:
+        session_id, turn = choice["turn"]
+        case.path_parameters = {**case.path_parameters, "session_id": session_id, "turn": turn}
     if case.path_parameters and "task_id" in case.path_parameters and choice["task"]:
         case.path_parameters = {**case.path_parameters, "task_id": choice["task"]}
     if isinstance(case.body, dict) and "attempt" in case.body and choice["attempt"] is not None:
@@ -296,6 +372,9 @@ def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> bool:
         return False
     assert not getattr(response, "stream_cut_short", False), "the stream did not end"
     text = response.content.decode("utf-8")
+    if "/turns" in case.operation.path:
+        check_turn_frames(text, case, event_schema)
+        return True
     by_session = "{session_id}" in case.operation.path
     ids: list[str] = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
@@ -320,6 +399,36 @@ def check_sse(response: Any, case: Any, event_schema: dict[str, Any]) -> bool:
     return True
 
 
+def check_turn_frames(text: str, case: Any, event_schema: dict[str, Any]) -> None:
+    """A turn's stream: every frame has an id `{turn}:{run}:{n}`, n counting up from 1 within a
+    run (0: a `reset`); journal events are whole events of the session; no `error` frame."""
+    expected_n = 1
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            if name in ("id", "event", "data"):
+                fields[name] = value[1:] if value.startswith(" ") else value
+        if "data" not in fields:
+            continue
+        assert fields.get("event") != "error", f"an error frame: {fields['data']}"
+        turn, _run, n = fields["id"].split(":")
+        body = json.loads(fields["data"])
+        if fields.get("event") == "reset":
+            assert n == "0", fields
+            expected_n = 1
+            continue
+        assert int(n) == expected_n, (fields["id"], expected_n)
+        expected_n += 1
+        if fields.get("event") in TURN_FRAMES:
+            assert body["turn"] == int(turn), (fields, body)
+            continue
+        assert set(body) == set(event_schema["required"]), sorted(body)
+        assert fields.get("event") == body["type"], (fields, body)
+        assert body["session_id"] == case.path_parameters["session_id"], body
+        assert body["seq"] >= int(turn), body
+
+
 def check_tenant(response: Any, case: Any, fuzz: Fuzz) -> None:
     if (case.path_parameters or {}).get("session_id") == fuzz.foreign:
         assert not 200 <= response.status_code < 300, "another tenant's session was served"
@@ -342,6 +451,12 @@ def fuzz_operation(operation: Any, mode: GenerationMode, fuzz: Fuzz) -> None:
     turns = operation.path.endswith("/turns")
     own = [*fuzz.agent_sessions, *fuzz.sessions[:2]] if turns else fuzz.sessions
     session_ids = [*own, fuzz.foreign, "sess_0000000000000000", None]
+    # A turn's routes get the turns the server holds: running ones first for a cancel (one
+    # succeeds, the rest of that turn's cancels are 409), finished ones first for a stream.
+    if operation.path.endswith("/cancel") and "{turn}" in operation.path:
+        turn_pairs = [*fuzz.stalled_turns, *fuzz.held_turns]
+    else:
+        turn_pairs = [*fuzz.held_turns, *fuzz.stalled_turns]
     pool = task_pool(operation)
     task_ids = (
         [*fuzz.tasks[pool], fuzz.foreign_task, "task_000000000000000000000000", None]
@@ -353,6 +468,7 @@ def fuzz_operation(operation: Any, mode: GenerationMode, fuzz: Fuzz) -> None:
             "auth": st.sampled_from(["valid"] * 8 + ["generated", "none"]),
             "session": st.sampled_from(session_ids),  # None: the generated id
             "task": st.sampled_from(task_ids),  # None: the generated id
+            "turn": st.sampled_from([*turn_pairs, None]),  # None: the generated ids
             "attempt": st.sampled_from([1, None]),  # the seeded running tasks' attempt
             "stream": st.booleans(),  # /turns: ask for text/event-stream
             "event_type": st.sampled_from([*EVENT_TYPES, None]),

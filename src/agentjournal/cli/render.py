@@ -60,12 +60,15 @@ def sessions_table(found: list[Session]) -> Table:
     return table
 
 
-def session_header(session: Session, messages: int, calls: int, tasks: int) -> Text:
+def session_header(session: Session, messages: int | None, calls: int, tasks: int) -> Text:
+    """The session's facts; `messages` is None when only part of the session was read."""
     header = Text.assemble(
         (session.title or "(untitled)", "bold"), "  ", (session.session_id, "dim")
     )
     facts = [session.status, f"model {session.model}" if session.model else "no model"]
-    facts += [_count(session.event_count, "event"), _count(messages, "message")]
+    facts.append(_count(session.event_count, "event"))
+    if messages is not None:
+        facts.append(_count(messages, "message"))
     facts += [_count(calls, "tool call"), _count(tasks, "task")]
     facts += [f"tokens {session.prompt_tokens} in / {session.completion_tokens} out"]
     header.append("\n" + " · ".join(facts))

@@ -8,6 +8,7 @@ event object a line. Errors go to stderr; exit codes as in `common`.
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import signal
 import sys
@@ -108,23 +109,57 @@ def _matching_sessions(
 # -- show -------------------------------------------------------------------------------------
 
 
+_WINDOW = 100  # events shown by --before and --around without --last
+
+
 @app.command()
 def show(
     session_id: SessionArgument,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_PAGE,
+            help="Only the newest N events (with --before, the N before that seq; with "
+            "--around, N events around that seq).",
+            show_default=False,
+        ),
+    ] = None,
+    before: Annotated[
+        int | None,
+        typer.Option(min=1, help="Events below this seq (100, or --last).", show_default=False),
+    ] = None,
+    around: Annotated[
+        int | None,
+        typer.Option(min=1, help="Events around this seq (100, or --last).", show_default=False),
+    ] = None,
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
     as_json: JsonOption = False,
 ) -> None:
     """Show a session as a chat: messages, tool calls under their turn, then its tasks.
 
-    --json prints {session, events, tool_calls, tasks}.
+    A long session is read in part with --last, --before and --around: each reads only the
+    events it shows. --json prints {session, events, tool_calls, tasks}.
 
-    Example: agentjournal show sess_abc123 --db agent.db
+    Example: agentjournal show sess_abc123 --last 50 --db agent.db
     """
+    if around is not None and before is not None:
+        fail("give --around or --before, not both")
+    windowed = last is not None or before is not None or around is not None
     with opened(db, tenant) as journal:
         session = journal.get_session(session_id)
-        events = list(_all_events(journal, session_id, 0))
-        calls = journal.tool_calls(session_id)
+        if around is not None:
+            events = journal.events(session_id, around=around, limit=last or _WINDOW)
+        elif windowed:
+            events = journal.events(session_id, before=before, last=last or _WINDOW)
+        else:
+            events = list(_all_events(journal, session_id, 0))
+        if windowed:
+            call_ids = {e.payload["call_id"] for e in events if e.type in _CALL_EVENTS}
+            calls = journal.tool_calls(session_id, call_ids=call_ids) if call_ids else []
+        else:
+            calls = journal.tool_calls(session_id)
         tasks = _all_tasks(journal, session_id)
     if as_json:
         print_json(
@@ -136,13 +171,20 @@ def show(
             }
         )
         return
-    console.print(session_header(session, message_count(events), len(calls), len(tasks)))
+    messages = None if windowed else message_count(events)
+    console.print(session_header(session, messages, len(calls), len(tasks)))
+    if windowed:
+        shown = f"events #{events[0].seq}-#{events[-1].seq}" if events else "no events"
+        console.print(Text(f"showing {shown} of {session.last_seq}", style="dim"))
     console.print()
     console.print(timeline(events, {call.call_id: call for call in calls}))
     if tasks:
         console.print()
         console.print(Text("Tasks", style="bold"))
         console.print(tasks_table(tasks))
+
+
+_CALL_EVENTS = ("tool_call", "tool_result")
 
 
 def _all_events(journal: Journal, session_id: str, after: int) -> Iterator[Event]:
@@ -238,6 +280,15 @@ def tail(
             show_default=False,
         ),
     ] = None,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_PAGE,
+            help="Start with the session's newest N events (instead of --after).",
+            show_default=False,
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option(help="Keep printing events as they commit, until Ctrl-C or SIGTERM.")
     ] = True,
@@ -250,10 +301,12 @@ def tail(
     --json prints one event object a line.
     Ctrl-C, SIGTERM and the event that deletes the session end it with exit 0.
 
-    Example: agentjournal tail sess_abc123 --after 40 --db agent.db
+    Example: agentjournal tail sess_abc123 --last 20 --db agent.db
     """
     if (session_id is None) == (not all_sessions):
         fail("give a session id or --all (not both)")
+    if last is not None and (all_sessions or after is not None):
+        fail("--last reads a session's newest events: give it a session id and no --after")
     seq = 0
     if session_id is not None:
         try:
@@ -263,6 +316,10 @@ def tail(
     try:
         with _stop_on_signals(), opened(db, tenant) as journal:
             events: Iterator[Event]
+            newest: list[Event] = []
+            if session_id is not None and last is not None:
+                newest = journal.events(session_id, last=last)
+                seq = newest[-1].seq if newest else 0
             if session_id is None:
                 events = (
                     journal.subscribe_all(after=after)
@@ -273,7 +330,7 @@ def tail(
                 events = journal.subscribe(session_id, after=seq)
             else:
                 events = _all_events(journal, session_id, seq)
-            for event in events:
+            for event in itertools.chain(newest, events):
                 if as_json:
                     print_json(event.to_dict())
                 else:

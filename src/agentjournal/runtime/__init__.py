@@ -10,15 +10,29 @@ from agentjournal.runtime.agent import (
     Tool,
     TurnResult,
 )
+from agentjournal.runtime.anthropic_model import AnthropicModel
+from agentjournal.runtime.model_loop import TurnControl
 from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
 from agentjournal.runtime.resume import ResumeReport, resume_incomplete
+from agentjournal.runtime.streaming import (
+    Completed,
+    ModelChunk,
+    StreamingModel,
+    TextDelta,
+    ToolCallDelta,
+)
+from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnItem, TurnStream
 from agentjournal.runtime.worker import Handler, PermanentFailure, TaskRun, Worker
 
 __all__ = [
     "Agent",
+    "AnthropicModel",
+    "AsyncTurnStream",
+    "Completed",
     "Handler",
     "Invocation",
     "Model",
+    "ModelChunk",
     "ModelReply",
     "OpenAIChatModel",
     "PermanentFailure",
@@ -26,9 +40,15 @@ __all__ = [
     "ResumeReport",
     "Script",
     "ScriptedModel",
+    "StreamingModel",
     "TaskRun",
+    "TextDelta",
     "Tool",
+    "ToolCallDelta",
+    "TurnControl",
+    "TurnItem",
     "TurnResult",
+    "TurnStream",
     "Worker",
     "resume_incomplete",
 ]

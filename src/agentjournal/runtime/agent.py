@@ -15,12 +15,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentjournal.errors import Conflict, InvalidArgument, ModelError
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import TURN_EVENTS, Session
+
+if TYPE_CHECKING:
+    from agentjournal.runtime.model_loop import TurnControl
+    from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream
 
 __all__ = [
     "ERROR_PREFIX",
@@ -42,6 +46,9 @@ INTERRUPTED = (
     "taken effect)"
 )
 EventHook = Callable[[Event], None]
+# Called with each TextDelta / ToolCallDelta a streaming model produces (on the model loop's
+# thread, as it arrives): asking for them is what makes a turn stream.
+DeltaHook = Callable[[Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +164,18 @@ class Agent:
         *,
         idempotency_key: str | None = None,
         on_event: EventHook | None = None,
+        on_delta: DeltaHook | None = None,
+        control: TurnControl | None = None,
     ) -> TurnResult:
         """Journal `text` as the user's message and run the turn to its reply.
 
         `Conflict` if the session is not bound to this agent (`create_session`), or if its last
         turn has not ended (another turn is running, or a crash
         cut one: `finish_turn` finishes it). With an `idempotency_key` a repeat of a finished turn
-        returns its reply without running anything."""
+        returns its reply without running anything. `on_event` gets each event as it is
+        journaled; with `on_delta` (or a `control`) a model that streams is asked to, and
+        `on_delta` gets its deltas as they arrive; `control.cancel()` ends the turn early
+        (`TurnControl`)."""
         if not isinstance(text, str):
             raise InvalidArgument("a turn's text must be a string")
         with journal.hold_turn(session_id) as held:
@@ -174,25 +186,61 @@ class Agent:
                     " crash cut it and resume has not finished it yet); wait for it and retry"
                 )
             message = NewEvent("user_message", {"content": text}, idempotency_key)
-            turn = _Turn(journal, session_id, on_event, session.last_seq)
+            turn = _Turn(journal, session_id, on_event, session.last_seq, on_delta, control)
             written, created = turn.append_many([message])
             if not created:
                 return self._repeat(journal, session_id, written[0].seq)
             return self._continue(turn)
 
+    def stream_turn(
+        self,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> TurnStream:
+        """`run_turn`, as an iterator of the model's `TextDelta`s and `ToolCallDelta`s and the
+        journaled `Event`s in the order they happened. The same journaling as `run_turn`; the
+        iterator raises the turn's error (`Conflict`, `ModelError`, ...) where it happened.
+        `.cancel()` stops the model call and journals the text yielded so far as the reply,
+        marked `"interrupted": true`. Leaving the iterator early does not stop the turn."""
+        from agentjournal.runtime.turn_stream import TurnStream, _Turn
+
+        return TurnStream(_Turn(self, journal, session_id, text, idempotency_key))
+
+    def astream_turn(
+        self,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> AsyncTurnStream:
+        """`stream_turn` as an async iterator (`async for item in agent.astream_turn(...)`)."""
+        from agentjournal.runtime.turn_stream import AsyncTurnStream, _Turn
+
+        return AsyncTurnStream(_Turn(self, journal, session_id, text, idempotency_key))
+
     def finish_turn(
-        self, journal: Journal, session_id: str, *, on_event: EventHook | None = None
+        self,
+        journal: Journal,
+        session_id: str,
+        *,
+        on_event: EventHook | None = None,
+        on_delta: DeltaHook | None = None,
+        control: TurnControl | None = None,
     ) -> TurnResult | None:
         """Finish the session's cut turn (None if its last turn ended). `Conflict` if the turn
         is not cut but running (here, or in another instance on PostgreSQL), or if the session
-        is not bound to this agent."""
+        is not bound to this agent. `on_event`, `on_delta` and `control` as in `run_turn`."""
         with journal.hold_turn(session_id) as held:
             session = self._bound(journal.get_session(session_id))
             if not session.turn_open:
                 return None
             if not held:
                 raise Conflict(f"the turn of session {session_id!r} is running elsewhere")
-            turn = _Turn(journal, session_id, on_event, session.last_seq)
+            turn = _Turn(journal, session_id, on_event, session.last_seq, on_delta, control)
             for call in journal.tool_calls(session_id, open_only=True):
                 tool = self.tools.get(call.name)
                 if tool is not None and tool.idempotent:
@@ -232,10 +280,18 @@ class Agent:
 
     def _continue(self, turn: _Turn) -> TurnResult:
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        from agentjournal.runtime.model_loop import TurnCancelled
+
         for _ in range(self.max_steps):
+            if turn.control is not None and turn.control.cancelled:
+                return turn.finish("", usage, interrupted=True)
             messages = turn.journal.context(turn.session_id, max_tokens=self.max_context_tokens)
             assert isinstance(messages, list)
-            reply = self._ask(messages)
+            try:
+                reply = self._ask(messages, turn)
+            except TurnCancelled as cancelled:
+                # What the user saw becomes the reply, so the next call's context matches it.
+                return turn.finish(cancelled.seen, usage, interrupted=True)
             for key in usage:
                 usage[key] += int((reply.usage or {}).get(key, 0))
             if not reply.tool_calls:
@@ -262,7 +318,14 @@ class Agent:
             f"(stopped after {self.max_steps} model calls without a final answer)", usage
         )
 
-    def _ask(self, messages: list[dict[str, Any]]) -> ModelReply:
+    def _ask(self, messages: list[dict[str, Any]], turn: _Turn) -> ModelReply:
+        streams = hasattr(self.model, "stream")
+        wanted = turn.on_delta is not None or turn.control is not None
+        if streams and (wanted or not hasattr(self.model, "complete")):
+            from agentjournal.runtime.model_loop import stream_reply
+
+            tools = list(self.tools.values())
+            return stream_reply(self.model, messages, tools, turn.on_delta, turn.control)
         try:
             reply = self.model.complete(messages, list(self.tools.values()))
         except ModelError:
@@ -328,11 +391,19 @@ class _Turn:
     """
 
     def __init__(
-        self, journal: Journal, session_id: str, on_event: EventHook | None, last_seq: int = 0
+        self,
+        journal: Journal,
+        session_id: str,
+        on_event: EventHook | None,
+        last_seq: int = 0,
+        on_delta: DeltaHook | None = None,
+        control: TurnControl | None = None,
     ) -> None:
         self.journal = journal
         self.session_id = session_id
         self.on_event = on_event
+        self.on_delta = on_delta
+        self.control = control
         self.last_seq = last_seq
         self.events: list[Event] = []
 
@@ -364,9 +435,11 @@ class _Turn:
                 self.wrote(written)
             return written, created
 
-    def finish(self, reply: str, usage: dict[str, int]) -> TurnResult:
+    def finish(self, reply: str, usage: dict[str, int], interrupted: bool = False) -> TurnResult:
         payload: dict[str, Any] = {"content": reply}
         if any(usage.values()):
             payload["usage"] = usage
+        if interrupted:
+            payload["interrupted"] = True
         self.append("assistant_message", payload)
         return TurnResult(self.session_id, reply, self.events)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from agentjournal.errors import Conflict
@@ -24,7 +24,11 @@ class ResumeReport:
 
 
 def resume_incomplete(
-    journal: Journal, agents: Iterable[Agent], *, all_tenants: bool = False
+    journal: Journal,
+    agents: Iterable[Agent],
+    *,
+    all_tenants: bool = False,
+    finish: Callable[[Journal, str], TurnResult | None] | None = None,
 ) -> ResumeReport:
     """Finish every cut turn in sessions whose `metadata.agent` names one of `agents` (never a
     chat whose replies come from elsewhere). Never raises for one session's trouble: it reports
@@ -32,7 +36,10 @@ def resume_incomplete(
 
     A turn running meanwhile is held (`Journal.hold_turn`) and left alone: in this process, and
     on PostgreSQL in any instance. On SQLite, another process serving the same file is not seen:
-    run one server per file, or resume only at its start-up."""
+    run one server per file, or resume only at its start-up.
+
+    `finish(journal, session_id)`, if given, finishes each turn instead of the agent's own
+    `finish_turn` (a server uses it to stream the new answer to clients that reconnect)."""
     by_name = {agent.name: agent for agent in agents}
     report = ResumeReport()
     for session in journal.open_turns(all_tenants=all_tenants):
@@ -41,7 +48,10 @@ def resume_incomplete(
             continue
         scoped = journal if session.tenant == journal.tenant else journal.for_tenant(session.tenant)
         try:
-            result = agent.finish_turn(scoped, session.session_id)
+            if finish is not None:
+                result = finish(scoped, session.session_id)
+            else:
+                result = agent.finish_turn(scoped, session.session_id)
         except Conflict:
             continue  # running, not cut: its own process finishes it
         except Exception as exc:  # one session's failure must not stop the others, nor start-up

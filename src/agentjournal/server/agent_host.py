@@ -3,6 +3,8 @@ agent's task worker, and retries of turns that resume could not finish.
 
 Turns run on a thread pool of their own, not on the request's task: a client that disconnects
 does not stop its turn, and the journal's worker threads are not held while a model thinks.
+A streamed turn (and every turn resume finishes) records its frames in `frames`
+(server/turn_frames.py), where a client that reconnects finds them.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
+from agentjournal.errors import JournalError
 from agentjournal.events import Event
-from agentjournal.journal import Journal
-from agentjournal.runtime import Agent, TurnResult, Worker, resume_incomplete
+from agentjournal.journal import MAX_PAGE, Journal
+from agentjournal.runtime import Agent, TurnControl, TurnResult, Worker
+from agentjournal.runtime.resume import ResumeReport, resume_incomplete
+from agentjournal.server.problems import journal_problem, problem_body
+from agentjournal.server.turn_frames import TurnFrames, TurnLog
 
 __all__ = ["AgentHost"]
 
@@ -42,12 +49,13 @@ class AgentHost:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.frames = TurnFrames()
 
     def start(self) -> None:
         """Before the first request: settle expired leases, finish cut turns, start the worker.
         Never fails start-up over one turn: what it cannot finish is retried later."""
         recovery = self.journal.recover(all_tenants=True)
-        report = resume_incomplete(self.journal, [self.agent], all_tenants=True)
+        report = self._resume()
         log.info(
             "recover: %d tasks requeued, %d failed; resume: %d turns finished, %d left",
             len(recovery.requeued),
@@ -79,11 +87,14 @@ class AgentHost:
         text: str,
         idempotency_key: str | None,
         on_event: Callable[[Event], None] | None = None,
+        *,
+        started: Callable[[TurnLog], None] | None = None,
     ) -> asyncio.Future[TurnResult]:
         """Start a turn on the pool; the awaitable result does not own the turn (cancelling it
-        leaves the turn running)."""
+        leaves the turn running). With `started`, the turn streams: its frames go to `frames`,
+        and `started` gets its log once its user_message is journaled (on the turn's thread)."""
         future: Future[TurnResult] = self._pool.submit(
-            self._turn, journal, session_id, text, idempotency_key, on_event
+            self._turn, journal, session_id, text, idempotency_key, on_event, started
         )
         return asyncio.wrap_future(future)
 
@@ -94,17 +105,54 @@ class AgentHost:
         text: str,
         idempotency_key: str | None,
         on_event: Callable[[Event], None] | None,
+        started: Callable[[TurnLog], None] | None,
     ) -> TurnResult:
         key = (journal.tenant, session_id)
         with self._lock:
             self._running.add(key)
         try:
-            return self.agent.run_turn(
-                journal, session_id, text, idempotency_key=idempotency_key, on_event=on_event
-            )
+            if started is None:
+                return self.agent.run_turn(
+                    journal, session_id, text, idempotency_key=idempotency_key, on_event=on_event
+                )
+            recorder = _Recorder(self.frames, journal.tenant, session_id, started)
+            with recorder:
+                return self.agent.run_turn(
+                    journal,
+                    session_id,
+                    text,
+                    idempotency_key=idempotency_key,
+                    on_event=recorder.event,
+                    on_delta=recorder.delta,
+                    control=recorder.control,
+                )
         finally:
             with self._lock:
                 self._running.discard(key)
+
+    def _finish(self, journal: Journal, session_id: str) -> TurnResult | None:
+        """`Agent.finish_turn`, streaming into `frames` as a new run of the turn, so a client
+        that reconnects to it gets the new answer (after a `reset`)."""
+        turn = _open_turn(journal, session_id)
+        if turn is None:  # no user message to hang a stream on: finish it unstreamed
+            return self.agent.finish_turn(journal, session_id)
+        recorder = _Recorder(self.frames, journal.tenant, session_id)
+        log = recorder.begin(turn)
+        # The new run starts with what the turn journaled before it was cut, so a stream of the
+        # turn always reads from its user_message.
+        for event in journal.events(session_id, after=turn - 1, limit=MAX_PAGE):
+            log.event(event)
+        with recorder:
+            return self.agent.finish_turn(
+                journal,
+                session_id,
+                on_delta=recorder.delta,
+                on_event=recorder.event,
+                control=recorder.control,
+            )
+
+    def _resume(self) -> ResumeReport:
+        return resume_incomplete(self.journal, [self.agent], all_tenants=True, finish=self._finish)
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -117,8 +165,69 @@ class AgentHost:
                 if (tenant, session_id) in self._running:
                     continue
                 try:
-                    self.agent.finish_turn(self.journal.for_tenant(tenant), session_id)
+                    self._finish(self.journal.for_tenant(tenant), session_id)
                 except Exception as exc:  # still down: try again next round
                     log.warning("turn of %s still unfinished: %s", session_id, exc)
                     continue
                 del self._unfinished[session_id]
+
+
+class _Recorder:
+    """Hands one run of a turn to its `TurnLog`: the log begins at the turn's user_message (or
+    at `begin` for a turn resumed), and ends with the turn, after an `error` frame if it
+    failed."""
+
+    def __init__(
+        self,
+        frames: TurnFrames,
+        tenant: str,
+        session_id: str,
+        started: Callable[[TurnLog], None] | None = None,
+    ) -> None:
+        self.frames, self.tenant, self.session_id = frames, tenant, session_id
+        self.started = started
+        self.control = TurnControl()
+        self.log: TurnLog | None = None
+
+    def begin(self, turn: int) -> TurnLog:
+        self.log = self.frames.begin((self.tenant, self.session_id, turn), self.control)
+        if self.started is not None:
+            self.started(self.log)
+        return self.log
+
+    def event(self, event: Event) -> None:
+        log = self.log if self.log is not None else self.begin(event.seq)
+        log.event(event)
+
+    def delta(self, delta: Any) -> None:
+        if self.log is not None:
+            self.log.delta(delta)
+
+    def __enter__(self) -> _Recorder:
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> None:
+        if self.log is None:
+            return
+        if error is not None:
+            if isinstance(error, JournalError):
+                problem = problem_body(*journal_problem(error), str(error))
+            else:
+                problem = problem_body(500, "Internal error", f"{type(error).__name__}: {error}")
+            self.log.error(problem)
+        self.log.end()
+
+
+def _open_turn(journal: Journal, session_id: str) -> int | None:
+    """The seq of the user_message that opened the session's unfinished turn, reading
+    backwards from its end (a turn is a handful of events)."""
+    before = journal.get_session(session_id).last_seq + 1
+    while before > 1:
+        page = journal.events(session_id, before=before, limit=MAX_PAGE)
+        if not page:
+            return None
+        for event in reversed(page):
+            if event.type == "user_message" and "supersedes" not in event.payload:
+                return int(event.seq)
+        before = page[0].seq
+    return None

@@ -30,6 +30,7 @@ from agentjournal.server.models import (
     EventList,
     EventOut,
     EventPage,
+    FeedHead,
     ForkRequest,
     Health,
     MessageList,
@@ -163,11 +164,31 @@ async def events_page(
     session_id: str,
     tenant: Tenant,
     after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
+    last: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    around: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
 ) -> EventPage:
-    events = await journal_for(request, tenant).events(session_id, after=after, limit=limit)
-    next_after = events[-1].seq if len(events) == limit else None
-    return EventPage(events=[EventOut.of(e) for e in events], next_after=next_after)
+    """A page of events, oldest first: forward after `after`, or the newest `last` (below
+    `before`), or the newest `limit` below `before`, or `limit` around the seq `around`."""
+    if last is None and limit is None:
+        limit = 100
+    events = await journal_for(request, tenant).events(
+        session_id, after=after, before=before, last=last, around=around, limit=limit
+    )
+    forward = before is None and last is None and around is None
+    if forward:
+        next_after = events[-1].seq if len(events) == limit else None
+        next_before = None
+    else:
+        # Reading backwards or around: the page may have older events before it, and (unless it
+        # ends at the session's newest) newer ones after it; an empty page says there are none.
+        next_before = events[0].seq if events and events[0].seq > after + 1 else None
+        reaches_end = before is None and around is None
+        next_after = events[-1].seq if events and not reaches_end else None
+    return EventPage(
+        events=[EventOut.of(e) for e in events], next_after=next_after, next_before=next_before
+    )
 
 
 @router.get(
@@ -278,6 +299,13 @@ async def compact(
         session_id, body.until_seq, body.summary, idempotency_key=key
     )
     return created_response(EventOut.of(event), created)
+
+
+@router.get("/events/head", tags=["events"])
+async def feed_head(request: Request, tenant: Tenant) -> FeedHead:
+    """The position of the tenant's newest committed event: where to start following the feed
+    from now on (`GET /v1/events/stream?after=`), without reading its history first."""
+    return FeedHead(position=await journal_for(request, tenant).feed_head())
 
 
 @router.get(

@@ -34,6 +34,7 @@ __all__ = [
     "SessionPage",
     "TaskOut",
     "TaskPage",
+    "TurnCancelled",
     "TurnOut",
     "TurnRequest",
     "UpdateSession",
@@ -109,6 +110,17 @@ class EventPage(BaseModel):
     events: list[EventOut]
     next_after: int | str | None = Field(
         description="pass as ?after= for the next page; null when this page was the last"
+    )
+    next_before: int | None = Field(
+        default=None,
+        description="reading backwards or around: pass as ?before= for the older page; null "
+        "when the page starts at the first event",
+    )
+
+
+class FeedHead(BaseModel):
+    position: str | None = Field(
+        description="the newest committed event's position; null while the tenant has none"
     )
 
 
@@ -253,6 +265,18 @@ class TaskPage(BaseModel):
 
 class TurnRequest(_In):
     content: str = Field(description="the user's message")
+
+
+class TurnCancelled(BaseModel):
+    session_id: str
+    turn: int = Field(description="the seq of the turn's user_message")
+    interrupted: bool = Field(
+        description="true if the cancel cut the reply short; false if the turn had already"
+        " reached its end (or failed) when the cancel took effect"
+    )
+    event: EventOut | None = Field(
+        description="the turn's final assistant_message (null if the turn failed instead)"
+    )
 
 
 class TurnOut(BaseModel):

@@ -15,8 +15,8 @@ const MESSAGE_ROLES = {
  *
  * Item kinds: "user" and "system" (a message), "assistant" (one turn: its texts and tool calls
  * in order, each call with its result, wherever that was appended), "correction", "compacted",
- * "created", "updated", "forked", "task", "event" (anything else, including namespaced custom
- * events). Each item has a stable `key`, and `events`, the events it shows: they only ever grow,
+ * "created", "updated", "forked", "task", "result" (a tool result whose call was not pushed: it
+ * is before the loaded window), "event" (anything else, including namespaced custom events). Each item has a stable `key`, and `events`, the events it shows: they only ever grow,
  * so their count versions the item.
  *
  * `isTask(task_id)` says which task ids are this session's own: a fork copies its parent's task
@@ -31,6 +31,7 @@ export class Fold {
     this.taskTypes = new Map();
     this.taskMap = new Map();
     this.turn = null;
+    this.first = null; // the seq of the first event pushed
   }
 
   /** The fold of the events with seq <= upto. */
@@ -49,6 +50,7 @@ export class Fold {
   }
 
   push(event) {
+    this.first ??= event.seq;
     this.pushItem(event);
     if (event.type.startsWith("task_")) this.pushTask(event);
   }
@@ -111,6 +113,9 @@ export class Fold {
       const part = this.calls.get(payload.call_id);
       part.result = event;
       part.owner.events.push(event);
+    } else if (event.type === "tool_result") {
+      // Its call is before the first event loaded (a long session is loaded a window at a time).
+      this.add({ kind: "result", key: `event:${event.seq}`, event });
     } else if (event.type === "context_compacted") {
       this.add({ kind: "compacted", key: `event:${event.seq}`, event });
       this.turn = null;

@@ -1,5 +1,6 @@
 // The inspector page: the sessions list, one session's timeline followed live over SSE, a
-// time-travel slider, "Fork here", and the API key form. It uses only the public /v1 API.
+// time-travel slider, "Fork here", and the API key form. It uses only the public /v1 API. A
+// session of any length opens at its newest events and is read a window at a time (timeline.js).
 
 import {
   all,
@@ -16,9 +17,10 @@ import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
 import { SessionList } from "./sessions.js";
 import { followStream } from "./sse.js";
+import { EventWindow, itemOf, PAGE, restoreAnchor, scrollAnchor } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
-const EVENT_PAGE = 1000;
+const TASK_PAGE = 1000;
 
 const sessions = new SessionList(
   {
@@ -115,7 +117,9 @@ function forgetKey() {
 }
 
 async function loadSessions(options) {
-  if (await sessions.load(options)) $("forget-key").hidden = apiKey.get() === null;
+  if (!(await sessions.load(options))) return;
+  $("forget-key").hidden = apiKey.get() === null;
+  sessions.follow(); // the list stays live from now on
 }
 
 // ---- one session -------------------------------------------------------------------------
@@ -136,7 +140,8 @@ function sessionLink(id) {
   return h("a", { href: `#/sessions/${encodeURIComponent(id)}` }, id);
 }
 
-async function openSession(id) {
+/** Opens a session at its newest events, or (`at`, a seq) around that event. */
+async function openSession(id, at = null) {
   closeSession();
   const mine = generation;
   showProblem(null);
@@ -144,20 +149,16 @@ async function openSession(id) {
   $("session-title").textContent = "Loading…";
   for (const control of ["travel", "travel-live", "fork"]) $(control).disabled = true;
   $("live-state").textContent = "";
-  let session, events, tasks;
+  const window_ = new EventWindow(id);
+  let session, tasks;
   try {
     session = await api(sessionPath(id));
-    events = await all(
-      sessionPath(id, "/events"),
-      { limit: EVENT_PAGE },
-      (p) => p.events,
-      (p) => p.next_after,
-      "after",
-    );
+    window_.last = session.last_seq;
+    await (at === null ? window_.openNewest() : window_.openAround(at));
     // After the events: a task created meanwhile is then in this list or in the stream.
     tasks = await all(
       "v1/tasks",
-      { session_id: id, limit: EVENT_PAGE },
+      { session_id: id, limit: TASK_PAGE },
       (p) => p.tasks,
       (p) => p.next_after,
       "after",
@@ -170,24 +171,34 @@ async function openSession(id) {
     return;
   }
   if (mine !== generation) return;
-  const last = events.length ? events.at(-1).seq : 0;
+  const last = window_.last;
   const taskIds = new Set(tasks.map((t) => t.task_id));
+  const isTask = (taskId) => taskIds.has(taskId);
+  // The tasks as they are now, kept current by live events: what the panel shows when the
+  // window does not start at the first event (so the fold cannot know them).
+  const liveTasks = new Fold(isTask);
+  for (const task of tasks) liveTasks.taskMap.set(task.task_id, { ...task, updated_seq: 0 });
   current = {
     id,
     session,
-    events,
+    window: window_,
     last,
     upto: last,
     following: true,
     taskIds,
-    fold: Fold.of(events, last, (taskId) => taskIds.has(taskId)), // the events up to `upto`
+    isTask,
+    liveTasks,
+    fold: Fold.of(window_.events, last, isTask), // the window's events up to `upto`
     open: new Set(),
     forking: false, // a fork of this session is being made: its button waits
+    loading: false, // a page of older or newer events is being loaded
     stream: null,
   };
   sessions.update(session);
   renderSession();
-  $("session-title").focus();
+  $("session-title").focus({ preventScroll: true });
+  if (at === null) scrollToBottom();
+  else showSeq(at);
   current.stream = followStream(url(sessionPath(id, "/events/stream")), {
     headers: () => apiKey.headers(),
     lastEventId: String(last),
@@ -195,6 +206,88 @@ async function openSession(id) {
     onState: (state, detail) => mine === generation && showLiveState(state, detail),
     onUnauthorized: notifyUnauthorized,
   });
+  checkEdges();
+}
+
+function scrollToBottom() {
+  window.scrollTo({ top: document.documentElement.scrollHeight });
+}
+
+/** Scrolls the item showing `seq` to the middle of the view and marks it as the target. */
+function showSeq(seq) {
+  const list = $("timeline");
+  for (const old of list.querySelectorAll(".target")) old.classList.remove("target");
+  const item = itemOf(list, seq);
+  if (!item) return;
+  item.classList.add("target");
+  item.scrollIntoView({ block: "center" });
+}
+
+/** Opens the window around `seq` in the open session (a search hit, the slider far away). */
+async function jumpTo(seq) {
+  if (!current) return;
+  const mine = generation;
+  const shown = current;
+  const ticket = (shown.jump = (shown.jump ?? 0) + 1); // the newest jump wins
+  shown.loading = true;
+  try {
+    if (seq >= shown.last - PAGE) await shown.window.openNewest();
+    else await shown.window.openAround(seq);
+  } catch (error) {
+    if (mine === generation && !(error instanceof ApiError && error.status === 401))
+      showProblem(error);
+    return false;
+  } finally {
+    if (ticket === shown.jump) shown.loading = false;
+  }
+  if (mine !== generation || ticket !== shown.jump) return false;
+  refold();
+  renderSession();
+  return true;
+}
+
+let edgeCheck = false;
+
+/** Loads older (or newer) events when the top (or bottom) of the window comes near the view. */
+function checkEdges() {
+  if (edgeCheck) return;
+  edgeCheck = true;
+  requestAnimationFrame(async () => {
+    edgeCheck = false;
+    if (!current || current.loading) return;
+    const shown = current;
+    const margin = window.innerHeight * 1.5;
+    const top = $("timeline").getBoundingClientRect().top;
+    const bottom = $("timeline").getBoundingClientRect().bottom;
+    const { window: events } = shown;
+    let load = null;
+    if (!events.atStart && top > -margin) load = () => events.older();
+    else if (!events.atEnd && shown.upto > events.newest && bottom < window.innerHeight + margin)
+      load = () => events.newer();
+    if (!load) return;
+    shown.loading = true;
+    const mine = generation;
+    let grew = false;
+    try {
+      grew = await load();
+    } catch (error) {
+      if (mine === generation && !(error instanceof ApiError && error.status === 401))
+        showProblem(error);
+    } finally {
+      shown.loading = false;
+    }
+    if (mine !== generation || !grew) return;
+    const anchor = scrollAnchor($("timeline"));
+    refold();
+    renderSession();
+    restoreAnchor($("timeline"), anchor);
+    checkEdges(); // the page loaded may not fill the view yet
+  });
+}
+
+/** Folds the window's events up to `upto` afresh (after the window or the point changed). */
+function refold() {
+  current.fold = Fold.of(current.window.events, current.upto, current.isTask);
 }
 
 /** The stream's state in words; `detail` is sse.js's (why it waits or stopped). */
@@ -230,7 +323,8 @@ function receive(frame) {
   if (!current || typeof event.seq !== "number" || event.seq <= current.last) return;
   const nearBottom =
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
-  current.events.push(event);
+  const anchor = scrollAnchor($("timeline"));
+  const added = current.window.push(event, nearBottom && current.following);
   current.last = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
@@ -241,17 +335,20 @@ function receive(frame) {
   if (event.type === "task_created" && event.seq > (session.forked_at_seq ?? 0)) {
     current.taskIds.add(event.payload.task_id);
   }
-  // At live, the one new event is folded in: no refold of the whole session per event.
+  if (event.type.startsWith("task_")) current.liveTasks.pushTask(event);
   if (current.following) {
     current.upto = event.seq;
-    current.fold.push(event);
+    // At live, the one new event is folded in: no refold of the window per event (unless the
+    // window dropped its oldest event to stay bounded).
+    if (added && current.window.first === current.fold.first) current.fold.push(event);
+    else refold();
   }
   sessions.update(session);
   const fresh = renderSession();
   for (const node of fresh) node.classList.add("fresh");
   announce(`New ${describe(event)} (event ${event.seq})`);
-  if (current.following && nearBottom)
-    window.scrollTo({ top: document.documentElement.scrollHeight });
+  if (current.following && nearBottom) scrollToBottom();
+  else restoreAnchor($("timeline"), anchor);
 }
 
 /** One fact: [name, text, value()], where value() builds richer content than the text. */
@@ -277,7 +374,7 @@ function renderFacts(session, last) {
 }
 
 function renderSession() {
-  const { session, events, last, upto, following } = current;
+  const { session, window: events, last, upto, following } = current;
   $("session-title").textContent = session.title || "(untitled)";
   renderFacts(session, last);
 
@@ -286,7 +383,7 @@ function renderSession() {
   slider.value = String(Math.max(1, upto));
   slider.disabled = last <= 1;
   const where = `event ${upto} of ${last}`;
-  slider.setAttribute("aria-valuetext", `${where}: ${describe(events[upto - 1])}`);
+  slider.setAttribute("aria-valuetext", `${where}: ${describe(events.event(upto))}`);
   $("travel-output").textContent = following ? `${where} · live` : where;
   // A disabled button loses the focus to <body>: hand it to the slider, which did the same.
   if (following && document.activeElement === $("travel-live")) slider.focus();
@@ -302,12 +399,27 @@ function renderSession() {
     (i) => renderItem(ctx, i),
   );
   const hidden = last - upto;
+  const unloaded = Math.min(upto, last) - events.newest;
   $("timeline-end").textContent = hidden
     ? `${hidden} later event${hidden === 1 ? "" : "s"} hidden: move the slider or press “Back to live”.`
-    : "";
+    : unloaded > 0
+      ? `${unloaded} newer event${unloaded === 1 ? "" : "s"} below: scroll down to load them.`
+      : "";
+  $("timeline-start").textContent = events.atStart
+    ? ""
+    : `${events.first - 1} earlier event${events.first === 2 ? "" : "s"}: scroll up to load them.`;
 
-  const tasks = current.fold.tasks();
-  $("tasks-heading").textContent = following ? "Tasks" : `Tasks as of event ${upto}`;
+  // The fold knows the tasks only when the window starts at the first event; else the panel
+  // shows them as they are now (those created by `upto`).
+  const exact = events.atStart;
+  const tasks = exact
+    ? current.fold.tasks()
+    : current.liveTasks.tasks().filter((t) => t.created_seq <= upto);
+  $("tasks-heading").textContent = following
+    ? "Tasks"
+    : exact
+      ? `Tasks as of event ${upto}`
+      : `Tasks created by event ${upto} (as they are now)`;
   if (tasks.length === 0) {
     $("tasks").keyedCache = null;
     $("tasks").replaceChildren(h("li", { class: "muted" }, "No tasks in this session."));
@@ -324,13 +436,32 @@ function renderSession() {
   return fresh;
 }
 
-function travelTo(seq) {
+/** Shows the session as of `seq`; a point outside the loaded window loads the events around it. */
+async function travelTo(seq) {
   if (!current) return;
-  const { events, taskIds } = current;
-  current.upto = Math.max(1, Math.min(seq, current.last));
-  current.following = current.upto === current.last;
-  current.fold = Fold.of(events, current.upto, (taskId) => taskIds.has(taskId));
-  renderSession();
+  const shown = current;
+  shown.upto = Math.max(1, Math.min(seq, shown.last));
+  shown.following = shown.upto === shown.last;
+  if (shown.window.has(shown.upto) || (shown.following && shown.window.atEnd)) {
+    refold();
+    renderSession();
+    return;
+  }
+  renderTravel(); // the slider and its words follow at once; the timeline once loaded
+  if ((await jumpTo(shown.upto)) && current === shown) {
+    if (shown.following) scrollToBottom();
+    else showSeq(shown.upto);
+  }
+}
+
+/** The time-travel controls alone, while the window around the point loads. */
+function renderTravel() {
+  const { last, upto, following } = current;
+  $("travel").value = String(Math.max(1, upto));
+  $("travel-output").textContent = following
+    ? `event ${upto} of ${last} · live`
+    : `event ${upto} of ${last}`;
+  $("travel-live").disabled = following;
 }
 
 async function forkHere() {
@@ -362,9 +493,16 @@ async function forkHere() {
 
 function route() {
   if (!$("auth-view").hidden) return;
-  const match = /^#\/sessions\/(.+)$/.exec(location.hash);
+  // #/sessions/{id}, or #/sessions/{id}/seq/{n}: the session opened around event n.
+  const match = /^#\/sessions\/([^/]+)(?:\/seq\/([0-9]+))?$/.exec(location.hash);
   if (match) {
-    openSession(decodeURIComponent(match[1]));
+    const id = decodeURIComponent(match[1]);
+    const at = match[2] === undefined ? null : Math.max(1, Number(match[2]));
+    if (at !== null && current?.id === id) {
+      jumpTo(at).then((jumped) => jumped && showSeq(at));
+      return;
+    }
+    openSession(id, at);
     return;
   }
   closeSession();
@@ -388,6 +526,7 @@ function start() {
     event.preventDefault();
     $("main").focus();
   });
+  window.addEventListener("scroll", checkEdges, { passive: true });
   window.addEventListener("hashchange", () => {
     if (location.hash.startsWith("#/") || location.hash === "") route();
   });

@@ -211,6 +211,14 @@ export function renderItem(ctx, item) {
       );
     case "updated":
       return note(ctx, item, "updated", sessionUpdate(payload));
+    case "result":
+      return note(
+        ctx,
+        item,
+        "orphan-result",
+        `${payload.is_error ? "Error" : "Result"} of tool call ${payload.call_id} (the call is further up): `,
+        h("code", {}, String(payload.content).slice(0, 300)),
+      );
     case "forked":
       return note(
         ctx,
