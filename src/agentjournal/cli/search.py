@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from agentjournal.cli.app import app
@@ -71,27 +70,22 @@ def search(
     if as_json:
         print_json({"hits": [hit.to_dict() for hit in page.hits], "next_cursor": page.next_cursor})
     elif page.hits:
-        console.print(_hits_table(page.hits))
+        _print_hits(page.hits)
     else:
         typer.echo("no events matched", err=True)
     if not page.hits:
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-def _hits_table(hits: list[SearchHit]) -> Table:
-    table = Table(show_edge=False, pad_edge=False)
-    for name in ("session", "seq", "type", "when", "snippet"):
-        table.add_column(name, no_wrap=name != "snippet")
+def _print_hits(hits: list[SearchHit]) -> None:
+    """Two lines a hit: where it is, then its snippet with the words marked (a snippet wraps;
+    a table would cut it on a narrow terminal)."""
     for hit in hits:
-        snippet = Text(hit.snippet)
-        for start, end in hit.highlights:
-            snippet.stylize("bold reverse", start, end)
         title = f"{hit.session_title} " if hit.session_title else ""
-        table.add_row(
-            f"{title}({hit.session_id})",
-            str(hit.seq),
-            hit.type,
-            local_time(hit.created_at),
-            snippet,
-        )
-    return table
+        head = Text(f"{title}({hit.session_id}) #{hit.seq} · {hit.type} · ", style="bold")
+        head.append(local_time(hit.created_at), style="dim")
+        snippet = Text("  " + hit.snippet)
+        for start, end in hit.highlights:
+            snippet.stylize("bold reverse", start + 2, end + 2)
+        console.print(head)
+        console.print(snippet)
