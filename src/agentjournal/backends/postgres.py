@@ -676,6 +676,13 @@ class PostgresStorage:
                 " AND NOT tgisinternal AND tgenabled = 'D'",
             )
         ]
+        orphans = self._read(
+            None,
+            "SELECT count(*) FROM search_index AS i"
+            " WHERE NOT EXISTS (SELECT 1 FROM events AS e WHERE e.event_id = i.event_id)",
+        )[0][0]
+        if orphans:
+            problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
 

@@ -467,6 +467,12 @@ class SQLiteStorage:
                 )
             except StorageError as exc:
                 problems.append(f"search index: {exc}")
+            orphans = self._read(
+                "SELECT count(*) FROM search_index_docsize"
+                " WHERE id NOT IN (SELECT event_id FROM events)"
+            )[0][0]
+            if orphans:
+                problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
     # -- search -----------------------------------------------------------------------------
