@@ -18,6 +18,7 @@ import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
 import { SessionList } from "./sessions.js";
 import { followStream } from "./sse.js";
+import { startSearch } from "./search.js"; // the search box: it opens hits by the address
 import { EventWindow, itemOf, PAGE, restoreAnchor, scrollAnchor } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -540,6 +541,7 @@ function start() {
     event.preventDefault();
     $("main").focus();
   });
+  startSearch();
   window.addEventListener("scroll", checkEdges, { passive: true });
   window.addEventListener("hashchange", () => {
     if (location.hash.startsWith("#/") || location.hash === "") route();
