@@ -15,25 +15,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from agentjournal.errors import Conflict, InvalidArgument, ModelError
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import TURN_EVENTS, Session
-from agentjournal.runtime.model_loop import TurnCancelled, TurnControl, stream_reply
-from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream, TurnThread
-from agentjournal.runtime.types import (
-    ERROR_PREFIX,
-    DeltaHook,
-    EventHook,
-    Invocation,
-    Model,
-    ModelReply,
-    RequestedCall,
-    Tool,
-    TurnResult,
-)
+from agentjournal.runtime.model_loop import TurnCancelled, TurnControl, close_model, stream_reply
+from agentjournal.runtime.shapes import Invocation, ModelReply, RequestedCall, Tool, TurnResult
+from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream
+from agentjournal.runtime.turn_stream import _Turn as _StreamedTurn
 
 __all__ = [
     "ERROR_PREFIX",
@@ -46,11 +37,23 @@ __all__ = [
     "TurnResult",
 ]
 
+# Tool results that are errors start with this: the OpenAI message shape has no is_error flag,
+# so the text must say it (the journal's `is_error` says it too).
+ERROR_PREFIX = "error: "
 INTERRUPTED = (
     ERROR_PREFIX + "interrupted: the process running this tool stopped before its result was "
     "recorded, and it was not run again because it is not idempotent (it may or may not have "
     "taken effect)"
 )
+EventHook = Callable[[Event], None]
+# Called with each TextDelta / ToolCallDelta a streaming model produces (on the model loop's
+# thread, as it arrives): asking for them is what makes a turn stream.
+DeltaHook = Callable[[Any], None]
+
+
+class Model(Protocol):
+    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
+        """Answer an OpenAI-shape message list; raise `ModelError` when it cannot."""
 
 
 class Agent:
@@ -79,6 +82,10 @@ class Agent:
         self.max_context_tokens = max_context_tokens
         # Background work this agent's process runs (`Worker` handlers, by task type).
         self.task_handlers = dict(task_handlers or {})
+
+    def close(self) -> None:
+        """Close the model's connections (a streaming client's are on the model loop)."""
+        close_model(self.model)
 
     def create_session(
         self, journal: Journal, title: str = "", *, idempotency_key: str | None = None, **kw: Any
@@ -138,7 +145,7 @@ class Agent:
         iterator raises the turn's error (`Conflict`, `ModelError`, ...) where it happened.
         `.cancel()` stops the model call and journals the text yielded so far as the reply,
         marked `"interrupted": true`. Leaving the iterator early does not stop the turn."""
-        return TurnStream(self._streamed(journal, session_id, text, idempotency_key))
+        return TurnStream(_StreamedTurn(self, journal, session_id, text, idempotency_key))
 
     def astream_turn(
         self,
@@ -149,26 +156,7 @@ class Agent:
         idempotency_key: str | None = None,
     ) -> AsyncTurnStream:
         """`stream_turn` as an async iterator (`async for item in agent.astream_turn(...)`)."""
-        return AsyncTurnStream(self._streamed(journal, session_id, text, idempotency_key))
-
-    def _streamed(
-        self, journal: Journal, session_id: str, text: str, idempotency_key: str | None
-    ) -> TurnThread:
-        if not isinstance(text, str):
-            raise InvalidArgument("a turn's text must be a string")
-
-        def run(deliver: Callable[[Any], None], control: TurnControl) -> TurnResult:
-            return self.run_turn(
-                journal,
-                session_id,
-                text,
-                idempotency_key=idempotency_key,
-                on_event=deliver,
-                on_delta=deliver,
-                control=control,
-            )
-
-        return TurnThread(run)
+        return AsyncTurnStream(_StreamedTurn(self, journal, session_id, text, idempotency_key))
 
     def finish_turn(
         self,

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.replay import anthropic_messages
+from agentjournal.runtime.agent import ERROR_PREFIX, ModelReply, RequestedCall, Tool
 from agentjournal.runtime.sdk_clients import PerLoop, import_sdk, model_error
 from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
-from agentjournal.runtime.types import ERROR_PREFIX, ModelReply, RequestedCall, Tool
 
 if TYPE_CHECKING:
     import anthropic

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentjournal.errors import InvalidArgument
+from agentjournal.runtime.agent import ERROR_PREFIX, ModelReply, RequestedCall, Tool
 from agentjournal.runtime.openai_model import OpenAIChatModel
 from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
-from agentjournal.runtime.types import ERROR_PREFIX, ModelReply, RequestedCall, Tool
 
 __all__ = ["ChunkHook", "OpenAIChatModel", "Script", "ScriptedModel"]
 

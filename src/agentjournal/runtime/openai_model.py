@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentjournal.errors import InvalidArgument, ModelError
+from agentjournal.runtime.agent import ModelReply, RequestedCall, Tool
 from agentjournal.runtime.sdk_clients import PerLoop, import_sdk, model_error
 from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
-from agentjournal.runtime.types import ModelReply, RequestedCall, Tool
 
 if TYPE_CHECKING:
     import openai

@@ -14,12 +14,14 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
+from agentjournal.journal import Journal
 from agentjournal.runtime.model_loop import TurnControl
+from agentjournal.runtime.shapes import TurnResult
 from agentjournal.runtime.streaming import TextDelta, ToolCallDelta
-from agentjournal.runtime.types import TurnResult
 
 __all__ = ["AsyncTurnStream", "TurnItem", "TurnStream"]
 
@@ -32,12 +34,35 @@ class _End:
     error: BaseException | None
 
 
-class TurnThread:
+class _RunsTurns(Protocol):  # `Agent` (which imports this module)
+    def run_turn(
+        self,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        on_delta: Callable[[Any], None] | None = None,
+        control: TurnControl | None = None,
+    ) -> TurnResult: ...
+
+
+class _Turn:
     """One streamed turn on its own thread, handing every item to `deliver`."""
 
-    def __init__(self, run: Callable[[Callable[[Any], None], TurnControl], TurnResult]) -> None:
-        # `run(deliver, control)` runs the turn, handing each delta and event to `deliver`.
-        self.run = run
+    def __init__(
+        self,
+        agent: _RunsTurns,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        idempotency_key: str | None,
+    ) -> None:
+        if not isinstance(text, str):
+            raise InvalidArgument("a turn's text must be a string")
+        self.agent, self.journal, self.session_id = agent, journal, session_id
+        self.text, self.idempotency_key = text, idempotency_key
         self.control = TurnControl()
         self.result: TurnResult | None = None
 
@@ -50,7 +75,15 @@ class TurnThread:
 
     def _run(self, deliver: Callable[[Any], None]) -> None:
         try:
-            result = self.run(deliver, self.control)
+            result = self.agent.run_turn(
+                self.journal,
+                self.session_id,
+                self.text,
+                idempotency_key=self.idempotency_key,
+                on_event=deliver,
+                on_delta=deliver,
+                control=self.control,
+            )
         except BaseException as exc:  # handed to the reader, raised there
             deliver(_End(None, exc))
             return
@@ -64,7 +97,7 @@ class TurnStream:
     """A sync iterator of `TextDelta`, `ToolCallDelta` and `Event` items; it ends with the turn
     (raising the turn's error, if it failed). `result` is the `TurnResult` once it ended."""
 
-    def __init__(self, turn: TurnThread) -> None:
+    def __init__(self, turn: _Turn) -> None:
         self._turn = turn
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ended = False
@@ -98,7 +131,7 @@ class TurnStream:
 class AsyncTurnStream:
     """`TurnStream` as an async iterator; the turn starts at the first `__anext__`."""
 
-    def __init__(self, turn: TurnThread) -> None:
+    def __init__(self, turn: _Turn) -> None:
         self._turn = turn
         self._items: asyncio.Queue[Any] | None = None
         self._ended = False

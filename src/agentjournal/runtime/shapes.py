@@ -1,34 +1,16 @@
-"""The runtime's vocabulary: tools and their invocations, what a model answers, and a finished
-turn. The agent loop, the models and the streaming machinery all speak it; it imports nothing of
-the runtime, so none of them has to import another to name these."""
+"""The values the agent loop, its models and its streams exchange: tools and their invocations,
+the model's reply, and a finished turn. Kept apart from the loop (runtime/agent.py) so that the
+streaming parts can use them without depending on the loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from agentjournal.events import Event
 
-__all__ = [
-    "ERROR_PREFIX",
-    "DeltaHook",
-    "EventHook",
-    "Invocation",
-    "Model",
-    "ModelReply",
-    "RequestedCall",
-    "Tool",
-    "TurnResult",
-]
-
-# Tool results that are errors start with this: the OpenAI message shape has no is_error flag,
-# so the text must say it (the journal's `is_error` says it too).
-ERROR_PREFIX = "error: "
-EventHook = Callable[[Event], None]
-# Called with each TextDelta / ToolCallDelta a streaming model produces (on the model loop's
-# thread, as it arrives): asking for them is what makes a turn stream.
-DeltaHook = Callable[[Any], None]
+__all__ = ["Invocation", "ModelReply", "RequestedCall", "Tool", "TurnResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +65,6 @@ class ModelReply:
     content: str | None = None
     tool_calls: tuple[RequestedCall, ...] = ()
     usage: Mapping[str, int] | None = None
-
-
-class Model(Protocol):
-    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
-        """Answer an OpenAI-shape message list; raise `ModelError` when it cannot."""
 
 
 @dataclass
