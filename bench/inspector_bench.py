@@ -11,6 +11,9 @@ chromium at `/#/sessions/{id}`. Measured, each a median of --runs fresh page loa
 - items: the timeline's items in the DOM then;
 - heap: the page's JS heap then, after a forced garbage collection (MB).
 
+A second table times `Journal.events` reading 200 events at the start, at the end (`last=200`)
+and around the middle of each session, in this process: the pages the inspector asks for.
+
 The baseline is the inspector as it was before it read sessions a window at a time (git revision
 --baseline-rev, its page files served in place of the current ones by the same server, in the
 same run), up to --baseline-max events: it loads the whole history first, so it is not run on
@@ -31,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,6 +95,26 @@ def build(path: Path, events: int) -> str:
     took = time.perf_counter() - started
     print(f"  built {events:,} events in {took:.1f} s ({path})", file=sys.stderr)
     return session_id
+
+
+def page_reads(path: Path, session_id: str, size: int) -> tuple[float, float, float]:
+    """Median ms of `Journal.events` reading 200 events: the first, the newest, around the middle
+    (in this process, the server's cost of each page the inspector asks for)."""
+
+    def median_ms(read: Callable[[], object]) -> float:
+        times = []
+        for _ in range(25):
+            started = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+
+    with Journal.open(path) as journal:
+        return (
+            median_ms(lambda: journal.events(session_id, limit=200)),
+            median_ms(lambda: journal.events(session_id, last=200)),
+            median_ms(lambda: journal.events(session_id, around=size // 2, limit=200)),
+        )
 
 
 def free_port() -> int:
@@ -201,6 +224,7 @@ def main() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     old = baseline_files(args.baseline_rev)
     rows = []
+    reads: list[tuple[int, tuple[float, float, float]]] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=["--enable-precise-memory-info"]
@@ -218,9 +242,14 @@ def main() -> None:
                             measure(browser, base, session_id, size, old) for _ in range(count)
                         ]
                 rows.append((size, new, before))
+                reads.append((size, page_reads(db, session_id, size)))
         finally:
             browser.close()
     print_table(rows, args.baseline_rev)
+    print("\n| events | first 200 | newest 200 (last=200) | 200 around the middle |")
+    print("| ---: | ---: | ---: | ---: |")
+    for size, (first, newest, middle) in reads:
+        print(f"| {size:,} | {first:.2f} ms | {newest:.2f} ms | {middle:.2f} ms |")
 
 
 def _median(values: list[float]) -> float:
