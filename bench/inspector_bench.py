@@ -4,7 +4,8 @@ and what the page holds then, at 1,000, 100,000 and 1,000,000 events.
 For each size, one session of turns (a user message, a tool call, its result and a reply, ~150
 characters each) is written with `append_many` at durability="normal" (the file is kept in
 --dir and reused by later runs), served by `agentjournal serve`, and opened in Debian's headless
-chromium at `/#/sessions/{id}`. Measured, each a median of --runs fresh page loads:
+chromium at `/#/sessions/{id}`. Measured, each a median of --runs fresh page loads (after one
+load not counted, which warms the server and the browser):
 
 - open: ms from the start of the navigation until the timeline's last item shows the newest
   event (a MutationObserver notes the moment; the page's own scripts are loaded in that time);
@@ -223,6 +224,7 @@ def main() -> None:
     directory = args.dir or Path(tempfile.gettempdir()) / "agentjournal-inspector-bench"
     directory.mkdir(parents=True, exist_ok=True)
     old = baseline_files(args.baseline_rev)
+    load = os.getloadavg()
     rows = []
     reads: list[tuple[int, tuple[float, float, float]]] = []
     with sync_playwright() as playwright:
@@ -234,6 +236,7 @@ def main() -> None:
                 db = directory / f"long-{size}.db"
                 session_id = build(db, size)
                 with serving(db) as base:
+                    measure(browser, base, session_id, size, None)  # warm-up, not counted
                     new = [measure(browser, base, session_id, size, None) for _ in range(runs)]
                     before = None
                     if old is not None and size <= args.baseline_max:
@@ -246,6 +249,7 @@ def main() -> None:
         finally:
             browser.close()
     print_table(rows, args.baseline_rev)
+    print(f"load average (1 min) at the start and the end: {load[0]:.1f}, {os.getloadavg()[0]:.1f}")
     print("\n| events | first 200 | newest 200 (last=200) | 200 around the middle |")
     print("| ---: | ---: | ---: | ---: |")
     for size, (first, newest, middle) in reads:
