@@ -47,3 +47,24 @@ def scripted() -> Agent:
     tools = list(build().tools.values())
     model = ScriptedModel(SCRIPTS, FALLBACK, chunk_chars=1, on_chunk=shape)
     return Agent(model, tools, name="demo")
+
+
+def _fake_url() -> str:
+    return os.environ["AGENTJOURNAL_TEST_MODEL_URL"]
+
+
+def openai_fake() -> Agent:
+    """The demo's tools on `OpenAIChatModel` (the official client) talking to the fake OpenAI
+    server at `AGENTJOURNAL_TEST_MODEL_URL`; no retries, so each turn takes one queued reply."""
+    from agentjournal.runtime.openai_model import OpenAIChatModel
+
+    model = OpenAIChatModel("fake", base_url=_fake_url(), api_key="k", retries=0)
+    return Agent(model, list(build().tools.values()), name="demo")
+
+
+def anthropic_fake() -> Agent:
+    """As `openai_fake`, on `AnthropicModel` and the fake Anthropic server."""
+    from agentjournal.runtime.anthropic_model import AnthropicModel
+
+    model = AnthropicModel("fake", base_url=_fake_url(), api_key="k", retries=0)
+    return Agent(model, list(build().tools.values()), name="demo")

@@ -12,11 +12,13 @@ import {
   sessionPath,
   url,
 } from "./api.js";
+import { draft } from "./draft.js";
 import { describe, Fold } from "./fold.js";
 import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
 import { SessionList } from "./sessions.js";
 import { followStream } from "./sse.js";
+import { startSearch } from "./search.js"; // the search box: it opens hits by the address
 import { EventWindow, itemOf, PAGE, restoreAnchor, scrollAnchor } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -129,6 +131,7 @@ function closeSession() {
   generation += 1;
   clearTimeout(current?.travelTimer);
   current?.stream?.close();
+  draft.close();
   current = null;
   dropAnnouncement();
   // Item keys are seqs, the same in every session: another session's elements must not be reused.
@@ -330,6 +333,7 @@ function receive(frame) {
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
   const anchor = scrollAnchor($("timeline"));
   const added = current.window.push(event, nearBottom && current.following);
+  draft.seen(current.id, event);
   current.last = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
@@ -540,6 +544,7 @@ function start() {
     event.preventDefault();
     $("main").focus();
   });
+  startSearch();
   window.addEventListener("scroll", checkEdges, { passive: true });
   window.addEventListener("hashchange", () => {
     if (location.hash.startsWith("#/") || location.hash === "") route();
