@@ -16,6 +16,7 @@ ROWS = [
     "search: rare: one event",
     "search: two words",
     "search: Chinese word",
+    "search: one Chinese character",
     "search: prefix",
     "search, all queries",
 ]
