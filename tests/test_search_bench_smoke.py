@@ -19,6 +19,7 @@ ROWS = [
     "search: one Chinese character",
     "search: prefix",
     "search, all queries",
+    "search, whole words (all but prefix)",
 ]
 
 
