@@ -592,7 +592,14 @@ class PostgresStorage:
         below: int | None,
         size: int,
     ) -> list[int]:
-        clauses = ["i.terms @@ q", "i.tenant = %s", "i.event_id <= %s", "s.status = ANY(%s)"]
+        # The tsquery inline, not a FROM item: folded to a constant, its selectivity is known
+        # (a common word walks the primary key backwards; a rare one uses the GIN index).
+        clauses = [
+            "i.terms @@ to_tsquery('simple', %s)",
+            "i.tenant = %s",
+            "i.event_id <= %s",
+            "s.status = ANY(%s)",
+        ]
         params: list[Any] = [query.tsquery(), tenant, 2**62 if below is None else below]
         params.append(list(where.statuses))
         if where.types is not None:
@@ -608,8 +615,8 @@ class PostgresStorage:
         # matches would cost one ts_rank per event holding it.
         rows = self._read(
             tenant,
-            "SELECT i.event_id FROM to_tsquery('simple', %s) AS q,"
-            " search_index AS i JOIN events AS e ON e.event_id = i.event_id"
+            "SELECT i.event_id FROM search_index AS i"
+            " JOIN events AS e ON e.event_id = i.event_id"
             " JOIN sessions AS s ON s.session_id = i.session_id"
             f" WHERE {' AND '.join(clauses)} ORDER BY i.event_id DESC LIMIT %s",
             (*params, size),
