@@ -310,6 +310,7 @@ def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
         "events",
         "projection",
         "runtime",
+        "search",  # the hit and page types `Journal.search` returns
         "server",
         "inspector",
     }

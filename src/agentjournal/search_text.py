@@ -17,9 +17,11 @@ FTS5's trigram tokenizer).
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
 from agentjournal.errors import InvalidArgument
@@ -112,38 +114,25 @@ def _flatten(value: Any, *, keys: bool = True) -> str:
     return "\n".join(found)
 
 
-def _is_word_char(char: str) -> bool:
-    # unicode61's token characters: letters, digits and private-use characters.
-    return unicodedata.category(char)[0] in "LN" or unicodedata.category(char) == "Co"
+_UNSPACED_RANGES: Final = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+)
+_UNSPACED: Final = re.compile(f"[{_UNSPACED_RANGES}]")
 
 
 def _is_unspaced(char: str) -> bool:
     """Scripts written without spaces between words: Han (CJK ideographs) and Japanese kana."""
-    code = ord(char)
-    return (
-        0x3040 <= code <= 0x30FF  # Hiragana, Katakana
-        or 0x3400 <= code <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
-        or 0x20000 <= code <= 0x3134F  # CJK extensions B-G
-    )
+    return _UNSPACED.match(char) is not None
+
+
+# A run of unspaced characters, or a run of other letters and digits ([^\W_]: str.isalnum).
+_RUN: Final = re.compile(f"([{_UNSPACED_RANGES}]+)|((?:(?![{_UNSPACED_RANGES}])[^\\W_])+)")
 
 
 def _runs(text: str) -> list[tuple[str, bool, int]]:
     """Maximal runs of word characters: (run, unspaced, start offset); an unspaced run is split
     from spaced letters it touches ("订单abc" is "订单" and "abc")."""
-    runs: list[tuple[str, bool, int]] = []
-    start = -1
-    kind = False
-    for index, char in enumerate(text + " "):
-        word = index < len(text) and _is_word_char(char)
-        unspaced = word and _is_unspaced(char)
-        if start >= 0 and (not word or unspaced != kind):
-            runs.append((text[start:index], kind, start))
-            start = -1
-        if word and start < 0:
-            start, kind = index, unspaced
-    return runs
+    return [(m[0], m.lastindex == 1, m.start()) for m in _RUN.finditer(text)]
 
 
 def _bigrams(run: str) -> list[str]:
@@ -250,6 +239,7 @@ class Snippet:
         return "".join(out)
 
 
+@cache
 def _fold(char: str) -> str:
     """A character as the index compares it: lowercased, accents removed (one char for one)."""
     base = unicodedata.normalize("NFD", char)[:1] or char
@@ -257,23 +247,30 @@ def _fold(char: str) -> str:
     return folded if len(folded) == 1 else char.lower()[:1] or char
 
 
+def _fold_text(text: str) -> str:
+    """`text` folded character by character (the same length, so offsets carry over)."""
+    if text.isascii():
+        return text.lower()
+    return "".join(map(_fold, text))
+
+
 def _matches(text: str, query: SearchQuery) -> list[tuple[int, int]]:
-    folded = "".join(_fold(c) for c in text)
+    folded = _fold_text(text)
+    prefixes = {t.text for t in query.terms if t.prefix}
+    spaced = {_fold_text(w): w in prefixes for w in query.words if not _is_unspaced(w[0])}
+    unspaced = [w for w in query.words if _is_unspaced(w[0])]
     spans: list[tuple[int, int]] = []
-    for run, unspaced, start in _runs(folded):
-        for word in query.words:
-            if unspaced:
+    for run, is_unspaced, start in _runs(folded):
+        if is_unspaced:
+            for word in unspaced:
                 found = run.find(word)
-                while found >= 0 and word and _is_unspaced(word[0]):
+                while found >= 0:
                     spans.append((start + found, start + found + len(word)))
                     found = run.find(word, found + len(word))
-            else:
-                folded_word = "".join(_fold(c) for c in word)
-                term = next((t for t in query.terms if t.text == word), None)
-                if run == folded_word or (
-                    term is not None and term.prefix and run.startswith(folded_word)
-                ):
-                    spans.append((start, start + len(run)))
+        elif run in spaced or any(
+            prefix and run.startswith(word) for word, prefix in spaced.items()
+        ):
+            spans.append((start, start + len(run)))
     merged: list[tuple[int, int]] = []
     for span in sorted(spans):
         if merged and span[0] < merged[-1][1]:

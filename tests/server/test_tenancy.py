@@ -676,3 +676,41 @@ def test_every_v1_route_refuses_a_request_without_a_valid_key(
                     failures.append(f"{where}: no WWW-Authenticate: Bearer")
     assert tenants.snapshot(victim) == before
     assert not failures, "\n".join(failures)
+
+
+def test_search_finds_only_the_callers_sessions(tenants: Tenants) -> None:
+    """`GET /v1/search` has no path parameter, so the matrix above does not reach it: B searching
+    for words only A's session holds (its message, its title, its metadata) finds nothing, and
+    A finds them; a word both hold gives each tenant its own session only."""
+    word = f"secret{secrets.token_hex(4)}"
+    shared = f"shared{secrets.token_hex(4)}"
+    sessions = {}
+    for tenant in (A, B):
+        session = tenants.ok(
+            tenant,
+            "POST",
+            "/v1/sessions",
+            json={"title": f"{shared} title", "metadata": {"note": shared}},
+        )
+        sessions[tenant] = session["session_id"]
+    tenants.ok(
+        A,
+        "POST",
+        f"/v1/sessions/{sessions[A]}/events",
+        json={"type": "user_message", "payload": {"content": f"the {word} and {shared}"}},
+    )
+    for params in (
+        {"q": word},
+        {"q": word, "session_status": "all"},
+        {"q": f"{word} {shared}"},
+        {"q": f"{word[:-2]}*"},
+    ):
+        assert tenants.ok(B, "GET", "/v1/search", params=params) == {
+            "hits": [],
+            "next_cursor": None,
+        }, params
+        hits = tenants.ok(A, "GET", "/v1/search", params=params)["hits"]
+        assert [(h["session_id"], h["seq"]) for h in hits] == [(sessions[A], 2)], params
+    for tenant in (A, B):
+        hits = tenants.ok(tenant, "GET", "/v1/search", params={"q": shared, "limit": 100})["hits"]
+        assert {h["session_id"] for h in hits} == {sessions[tenant]}, tenant

@@ -97,7 +97,10 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
 class PostgresStorage:
     """A journal in a PostgreSQL database (or one schema of it). Thread-safe."""
 
-    def __init__(self, url: str, durability: str = "full") -> None:
+    def __init__(self, url: str, durability: str = "full", *, search_index: bool = True) -> None:
+        """`search_index=False` leaves new events out of the search index (bench/search_bench.py
+        measures appends without it; `reindex` adds them later)."""
+        self._search_index = search_index
         if durability not in ("full", "normal"):
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         self._conninfo, options = parse_url(url)
@@ -307,7 +310,13 @@ class PostgresStorage:
         return result
 
     def _control(self) -> Control:
-        return Control(self._pool.getconn, self._pool.putconn, self.channel, self._synchronous)
+        return Control(
+            self._pool.getconn,
+            self._pool.putconn,
+            self.channel,
+            self._synchronous,
+            self._search_index,
+        )
 
     def write_grouped(
         self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
@@ -667,6 +676,13 @@ class PostgresStorage:
                 " AND NOT tgisinternal AND tgenabled = 'D'",
             )
         ]
+        orphans = self._read(
+            None,
+            "SELECT count(*) FROM search_index AS i"
+            " WHERE NOT EXISTS (SELECT 1 FROM events AS e WHERE e.event_id = i.event_id)",
+        )[0][0]
+        if orphans:
+            problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
 

@@ -106,9 +106,12 @@ class SQLiteStorage:
         durability: str = "full",
         *,
         wal_limit_bytes: int | None = DEFAULT_WAL_LIMIT_BYTES,
+        search_index: bool = True,
     ) -> None:
         """`wal_limit_bytes`: past this size the writer empties the `-wal` file (see
-        `sqlite_wal`); None leaves it to SQLite's automatic checkpoints alone."""
+        `sqlite_wal`); None leaves it to SQLite's automatic checkpoints alone.
+        `search_index=False`: appends leave the search index alone (a search still brings it up
+        to date first); bench/search_bench.py measures appends with and without it."""
         if durability not in SYNCHRONOUS:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         if wal_limit_bytes is not None and wal_limit_bytes < 1:
@@ -464,6 +467,12 @@ class SQLiteStorage:
                 )
             except StorageError as exc:
                 problems.append(f"search index: {exc}")
+            orphans = self._read(
+                "SELECT count(*) FROM search_index_docsize"
+                " WHERE id NOT IN (SELECT event_id FROM events)"
+            )[0][0]
+            if orphans:
+                problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
     # -- search -----------------------------------------------------------------------------
