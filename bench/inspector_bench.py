@@ -4,12 +4,16 @@ and what the page holds then, at 1,000, 100,000 and 1,000,000 events.
 For each size, one session of turns (a user message, a tool call, its result and a reply, ~150
 characters each) is written with `append_many` at durability="normal" (the file is kept in
 --dir and reused by later runs), served by `agentjournal serve`, and opened in Debian's headless
-chromium at `/#/sessions/{id}`. Measured, each a median of --runs fresh page loads:
+chromium at `/#/sessions/{id}`. Measured, each a median of --runs fresh page loads (after one
+load not counted, which warms the server and the browser):
 
 - open: ms from the start of the navigation until the timeline's last item shows the newest
   event (a MutationObserver notes the moment; the page's own scripts are loaded in that time);
 - items: the timeline's items in the DOM then;
 - heap: the page's JS heap then, after a forced garbage collection (MB).
+
+A second table times `Journal.events` reading 200 events at the start, at the end (`last=200`)
+and around the middle of each session, in this process: the pages the inspector asks for.
 
 The baseline is the inspector as it was before it read sessions a window at a time (git revision
 --baseline-rev, its page files served in place of the current ones by the same server, in the
@@ -31,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,6 +96,26 @@ def build(path: Path, events: int) -> str:
     took = time.perf_counter() - started
     print(f"  built {events:,} events in {took:.1f} s ({path})", file=sys.stderr)
     return session_id
+
+
+def page_reads(path: Path, session_id: str, size: int) -> tuple[float, float, float]:
+    """Median ms of `Journal.events` reading 200 events: the first, the newest, around the middle
+    (in this process, the server's cost of each page the inspector asks for)."""
+
+    def median_ms(read: Callable[[], object]) -> float:
+        times = []
+        for _ in range(25):
+            started = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+
+    with Journal.open(path) as journal:
+        return (
+            median_ms(lambda: journal.events(session_id, limit=200)),
+            median_ms(lambda: journal.events(session_id, last=200)),
+            median_ms(lambda: journal.events(session_id, around=size // 2, limit=200)),
+        )
 
 
 def free_port() -> int:
@@ -200,7 +224,9 @@ def main() -> None:
     directory = args.dir or Path(tempfile.gettempdir()) / "agentjournal-inspector-bench"
     directory.mkdir(parents=True, exist_ok=True)
     old = baseline_files(args.baseline_rev)
+    load = os.getloadavg()
     rows = []
+    reads: list[tuple[int, tuple[float, float, float]]] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=["--enable-precise-memory-info"]
@@ -210,6 +236,7 @@ def main() -> None:
                 db = directory / f"long-{size}.db"
                 session_id = build(db, size)
                 with serving(db) as base:
+                    measure(browser, base, session_id, size, None)  # warm-up, not counted
                     new = [measure(browser, base, session_id, size, None) for _ in range(runs)]
                     before = None
                     if old is not None and size <= args.baseline_max:
@@ -218,9 +245,15 @@ def main() -> None:
                             measure(browser, base, session_id, size, old) for _ in range(count)
                         ]
                 rows.append((size, new, before))
+                reads.append((size, page_reads(db, session_id, size)))
         finally:
             browser.close()
     print_table(rows, args.baseline_rev)
+    print(f"load average (1 min) at the start and the end: {load[0]:.1f}, {os.getloadavg()[0]:.1f}")
+    print("\n| events | first 200 | newest 200 (last=200) | 200 around the middle |")
+    print("| ---: | ---: | ---: | ---: |")
+    for size, (first, newest, middle) in reads:
+        print(f"| {size:,} | {first:.2f} ms | {newest:.2f} ms | {middle:.2f} ms |")
 
 
 def _median(values: list[float]) -> float:

@@ -16,8 +16,10 @@ ROWS = [
     "search: rare: one event",
     "search: two words",
     "search: Chinese word",
+    "search: one Chinese character",
     "search: prefix",
     "search, all queries",
+    "search, whole words (all but prefix)",
 ]
 
 

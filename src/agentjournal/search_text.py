@@ -37,6 +37,7 @@ __all__ = [
     "event_text",
     "index_text",
     "parse_query",
+    "scores",
     "snippet",
 ]
 
@@ -144,7 +145,7 @@ def _bigrams(run: str) -> list[str]:
 def index_text(text: str) -> str:
     """What the backends tokenize: `text` with every unspaced run replaced by its bigrams (and
     its last character), space separated; spaced words are kept as they are."""
-    if not any(_is_unspaced(char) for char in text):
+    if _UNSPACED.search(text) is None:
         return text
     return " ".join(
         " ".join(_bigrams(run)) if unspaced else run for run, unspaced, _ in _runs(text)
@@ -219,6 +220,32 @@ def parse_query(text: object) -> SearchQuery:
             "characters counts n - 1)"
         )
     return SearchQuery(tuple(dict.fromkeys(words)), unique)
+
+
+# BM25's saturation and length normalisation (its usual constants).
+_K1: Final = 1.2
+_B: Final = 0.75
+
+
+def scores(texts: list[str], query: SearchQuery) -> list[float]:
+    """A relevance score for each of `texts` (each holds every term of `query`): BM25's form,
+    with each word's count in the text (as a substring, case-blind) and the text's length
+    against the average of `texts`. Every text holds every word, so each word weighs the same
+    (an IDF would be equal for all of them). Higher is more relevant."""
+    if not texts:
+        return []
+    lengths = [max(1, len(text)) for text in texts]
+    average = sum(lengths) / len(lengths)
+    found = []
+    for text, length in zip(texts, lengths, strict=True):
+        lowered = text.lower()
+        norm = _K1 * (1 - _B + _B * length / average)
+        total = 0.0
+        for word in query.words:
+            count = lowered.count(word)
+            total += count * (_K1 + 1) / (count + norm) if count else 0.0
+        found.append(round(total, 6))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

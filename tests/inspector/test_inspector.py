@@ -137,7 +137,9 @@ def test_the_page_and_its_files_are_served_with_no_external_url(server: RunningS
         assert "default-src 'none'" in policy, policy
         assert "connect-src 'self'" in policy, policy
         linked = re.findall(r"""(?:src|href)=["']([^"'#]+)["']""", page.text)
-        assert sorted(linked) == ["inspector/inspector.css", "inspector/inspector.js"], linked
+        preloaded = re.findall(r'rel="modulepreload" href="([^"]+)"', page.text)
+        loaded = sorted(set(linked) - set(preloaded))
+        assert loaded == ["inspector/inspector.css", "inspector/inspector.js"], linked
         texts = {"index.html": page.text}
         queue = list(linked)
         while queue:
@@ -152,6 +154,9 @@ def test_the_page_and_its_files_are_served_with_no_external_url(server: RunningS
             assert found is None, f"{name} refers to another origin: {found.group(0)!r}"
         shipped = {p.name for p in (files("agentjournal.inspector") / "static").iterdir()}
         assert set(texts) == shipped  # every shipped file is reachable from the page
+        # Every module the page imports is preloaded at once (none is missed as modules change).
+        modules = {name for name in shipped if name.endswith(".js")} - {"inspector.js"}
+        assert {p.removeprefix("inspector/") for p in preloaded} == modules
         assert http.get("/inspector/missing.js").status_code == 404
         paths = http.get("/openapi.json").json()["paths"]
         assert not [

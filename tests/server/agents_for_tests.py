@@ -10,7 +10,15 @@ from typing import Any
 
 from agentjournal.demo.order_agent import FALLBACK, SCRIPTS, build
 from agentjournal.errors import ModelError
-from agentjournal.runtime import Agent, ModelChunk, ModelReply, ScriptedModel, Tool
+from agentjournal.runtime import (
+    Agent,
+    ModelChunk,
+    ModelReply,
+    Script,
+    ScriptedModel,
+    TextDelta,
+    Tool,
+)
 
 DOWN = "the model is down (a test's model that always fails)"
 BROKEN = "the model's stream broke off (a test's fault)"
@@ -68,3 +76,20 @@ def anthropic_fake() -> Agent:
 
     model = AnthropicModel("fake", base_url=_fake_url(), api_key="k", retries=0)
     return Agent(model, list(build().tools.values()), name="demo")
+
+
+STALL = "请稍等"  # `stalling`'s message whose reply stalls until the turn is cancelled
+
+
+def stalling() -> Agent:
+    """The demo agent ("demo"), plus one message, `STALL`, whose reply stalls before its first
+    delta until the turn is cancelled: a turn that is surely running while a test looks at it."""
+    marker = "⏳"
+
+    async def stall(number: int, chunk: ModelChunk) -> None:
+        if isinstance(chunk, TextDelta) and chunk.text.startswith(marker):
+            await asyncio.Event().wait()  # never set: only a cancel (or a kill) ends it
+
+    demo = build()
+    model = ScriptedModel({**SCRIPTS, STALL: Script(marker + " 还在想")}, FALLBACK, on_chunk=stall)
+    return Agent(model, list(demo.tools.values()), name=demo.name, task_handlers=demo.task_handlers)

@@ -591,8 +591,15 @@ class PostgresStorage:
         where: SearchFilter,
         below: int | None,
         size: int,
-    ) -> list[tuple[int, float]]:
-        clauses = ["i.terms @@ q", "i.tenant = %s", "i.event_id <= %s", "s.status = ANY(%s)"]
+    ) -> list[int]:
+        # The tsquery inline, not a FROM item: folded to a constant, its selectivity is known
+        # (a common word walks the primary key backwards; a rare one uses the GIN index).
+        clauses = [
+            "i.terms @@ to_tsquery('simple', %s)",
+            "i.tenant = %s",
+            "i.event_id <= %s",
+            "s.status = ANY(%s)",
+        ]
         params: list[Any] = [query.tsquery(), tenant, 2**62 if below is None else below]
         params.append(list(where.statuses))
         if where.types is not None:
@@ -604,17 +611,17 @@ class PostgresStorage:
         if where.until is not None:
             clauses.append("e.created_at < %s")
             params.append(where.until)
-        # The newest `size` matches, each scored: ranking all of a common word's matches would
-        # cost one ts_rank per event holding it (search.py).
+        # The newest `size` matches (search.py scores them): ranking all of a common word's
+        # matches would cost one ts_rank per event holding it.
         rows = self._read(
             tenant,
-            "SELECT i.event_id, ts_rank(i.terms, q) FROM to_tsquery('simple', %s) AS q,"
-            " search_index AS i JOIN events AS e ON e.event_id = i.event_id"
+            "SELECT i.event_id FROM search_index AS i"
+            " JOIN events AS e ON e.event_id = i.event_id"
             " JOIN sessions AS s ON s.session_id = i.session_id"
             f" WHERE {' AND '.join(clauses)} ORDER BY i.event_id DESC LIMIT %s",
             (*params, size),
         )
-        return [(int(row[0]), float(row[1])) for row in rows]
+        return [int(row[0]) for row in rows]
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(

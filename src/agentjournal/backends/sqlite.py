@@ -512,7 +512,7 @@ class SQLiteStorage:
         where: SearchFilter,
         below: int | None,
         size: int,
-    ) -> list[tuple[int, float]]:
+    ) -> list[int]:
         self.index_pending()
         clauses = ["search_index MATCH ?", "search_index.rowid <= ?", "e.tenant = ?"]
         params: list[Any] = [query.fts5(), 2**62 if below is None else below, tenant]
@@ -527,13 +527,13 @@ class SQLiteStorage:
         if where.until is not None:
             clauses.append("e.created_at < ?")
             params.append(where.until)
-        # The newest `size` matches, scored; FTS5 walks its matches newest first and stops there,
-        # so a common word costs `size` scores, not one per event holding it.
+        # The newest `size` matches: FTS5 walks its matches newest first and stops there, so a
+        # common word costs `size` rows. No bm25(): it counts every match of each word first.
         try:
             rows = (
                 self._reader()
                 .execute(
-                    "SELECT search_index.rowid, -bm25(search_index) FROM search_index"
+                    "SELECT search_index.rowid FROM search_index"
                     " CROSS JOIN events AS e ON e.event_id = search_index.rowid"
                     " CROSS JOIN sessions AS s ON s.session_id = e.session_id"
                     f" WHERE {' AND '.join(clauses)} ORDER BY search_index.rowid DESC LIMIT ?",
@@ -549,7 +549,7 @@ class SQLiteStorage:
             raise StorageError(f"read failed: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"read failed: {exc}") from exc
-        return [(int(row[0]), float(row[1])) for row in rows]
+        return [int(row[0]) for row in rows]
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(

@@ -157,9 +157,12 @@ async function openSession(id, at = null) {
   const window_ = new EventWindow(id);
   let session, tasks;
   try {
-    session = await api(sessionPath(id));
-    window_.last = session.last_seq;
-    await (at === null ? window_.openNewest() : window_.openAround(at));
+    // At once: the events page does not need the session's row.
+    [session] = await Promise.all([
+      api(sessionPath(id)),
+      at === null ? window_.openNewest() : window_.openAround(at),
+    ]);
+    window_.last = Math.max(window_.last, session.last_seq);
     // After the events: a task created meanwhile is then in this list or in the stream.
     tasks = await all(
       "v1/tasks",
