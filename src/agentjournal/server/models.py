@@ -112,7 +112,6 @@ class EventPage(BaseModel):
         description="pass as ?after= for the next page; null when this page was the last"
     )
     next_before: int | None = Field(
-        default=None,
         description="reading backwards or around: pass as ?before= for the older page; null "
         "when the page starts at the first event",
     )
