@@ -6,14 +6,17 @@
 The load generator is `wrk` (a C program; never a Python client on the server's cores). When it
 is missing the bench says how to install it (`apt-get install wrk`) and skips the measurement.
 
-Three servers, each its own uvicorn subprocess over a fresh SQLite database (default durability,
+Four servers, each its own uvicorn subprocess over a fresh SQLite database (default durability,
 `full`) with one API key and 8 sessions, each driven by the same wrk Lua script: 32 connections
 POSTing one `user_message` per request to /v1/sessions/{id}/events, round-robin over the 8
 sessions, with `Authorization: Bearer <key>` and a JSON body.
 
-- floor: a bare Starlette route on the same uvicorn (`uvicorn.run`, as `agentjournal serve`):
-  `json.loads` of the body, `Journal.append` in Starlette's threadpool, the event back as JSON.
-  No auth, no limits, no validation, no metrics: what the service's features cost is above it.
+- floor: a plain ASGI callable on the same uvicorn (`uvicorn.run`, as `agentjournal serve`), no
+  framework: the body read, `json.loads`, `Journal.append` on a worker thread, the event back as
+  JSON. No routing, auth, limits, validation or metrics: what the service's features and its
+  framework cost is above it. "vs floor" is against this one.
+- floor (Starlette route): the floor of earlier runs, kept for continuity: the same steps in a
+  bare Starlette route, `Journal.append` in Starlette's threadpool.
 - service: `agentjournal serve --rate-limit 1000000` from this checkout (every feature on: auth,
   the rate limiter, problem+json, metrics, the body guard).
 - 0.1.0: the same command from the code as of commit 5711f93 (`git archive` into a temporary
@@ -61,6 +64,7 @@ SESSIONS = 8
 CONNECTIONS = 32
 BODIES = 256  # distinct request bodies the Lua script cycles through
 START_TIMEOUT = 30.0
+SERVICE = "agentjournal serve (this checkout)"
 
 
 @dataclass(frozen=True)
@@ -79,11 +83,60 @@ INSTALL_HINT = (
     " macOS: brew install wrk). Skipped."
 )
 
-# -- the floor: a bare Starlette route doing the journal's part of an append -----------------
+# -- the floors: the journal's part of an append with as little around it as can serve it -------
 
 
-def floor_app(db: str) -> Any:
-    """json.loads + Journal.append in the threadpool + the event as JSON; nothing else."""
+def asgi_floor_app(db: str) -> Any:
+    """A plain ASGI callable, no framework: the body read, `json.loads`, `Journal.append` on a
+    worker thread (one dedicated pool, `asyncio.wrap_future` of its future), the event back as
+    JSON. No routing table, auth, rate limit, validation, problem+json or metrics."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentjournal import Journal
+
+    journal = Journal.open(db, tenant=TENANT)
+    pool = ThreadPoolExecutor(32, thread_name_prefix="floor")  # as AsyncJournal's default
+    json_headers = [(b"content-type", b"application/json")]
+
+    async def respond(send: Any, status: int, body: bytes) -> None:
+        headers = [*json_headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    pool.shutdown(wait=True)
+                    journal.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        path = scope["path"]
+        if scope["method"] != "POST":
+            await respond(send, 200, b'{"status":"ok"}')  # /healthz, and anything else
+            return
+        chunks = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = json.loads(b"".join(chunks))
+        session_id = path.split("/")[3]  # /v1/sessions/{id}/events
+        future = pool.submit(journal.append, session_id, body["type"], body["payload"])
+        event = await asyncio.wrap_future(future)
+        await respond(send, 201, json.dumps(event.to_dict()).encode())
+
+    return app
+
+
+def starlette_floor_app(db: str) -> Any:
+    """The floor of earlier runs, kept for continuity: a bare Starlette route, `json.loads` +
+    `Journal.append` in Starlette's threadpool + the event as JSON; nothing else."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
@@ -112,11 +165,14 @@ def floor_app(db: str) -> Any:
     )
 
 
-def serve_floor(db: str, port: int) -> None:
+FLOORS = {"floor": asgi_floor_app, "starlette": starlette_floor_app}
+
+
+def serve_floor(kind: str, db: str, port: int) -> None:
     import uvicorn
 
     signal.signal(signal.SIGTERM, lambda signum, frame: None)  # as `agentjournal serve`
-    uvicorn.run(floor_app(db), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(FLOORS[kind](db), host="127.0.0.1", port=port, log_level="warning")
 
 
 # The database's key and sessions, made by the contestant's own code (its own schema version).
@@ -146,7 +202,9 @@ main()
 class Contestant:
     name: str
     src: Path  # PYTHONPATH of its code
-    kind: str  # "floor", "service", "plain" (the service on h11 + asyncio), "shipped" (0.1.0)
+    # "floor" (bare ASGI), "starlette" (the Starlette-route floor), "service", "plain" (the
+    # service on h11 + asyncio), "shipped" (0.1.0)
+    kind: str
 
 
 @dataclass
@@ -176,8 +234,9 @@ class Server:
         log = self.workdir / f"{self.contestant.kind}-{tag}.log"
         for _ in range(3):  # another process may take the free port before the server binds it
             self.port = free_port()
-            if self.contestant.kind == "floor":
-                command = [sys.executable, __file__, "--serve-floor", str(db), str(self.port)]
+            if self.contestant.kind in FLOORS:
+                command = [sys.executable, __file__, "--serve-floor", self.contestant.kind]
+                command += [str(db), str(self.port)]
             else:
                 launcher = (
                     ["-c", AS_SHIPPED]
@@ -395,6 +454,10 @@ def _span(values: Sequence[float], fmt: str) -> str:
     return f"{format(mid, fmt)} ({format(low, fmt)}-{format(high, fmt)})"
 
 
+def _median_rate(runs: Sequence[dict[str, Any]]) -> float:
+    return float(statistics.median(r["rate"] for r in runs))
+
+
 def render(results: dict[str, list[dict[str, Any]]], floor: str, console: Any, plan: Plan) -> None:
     from rich.table import Table
 
@@ -417,6 +480,17 @@ def render(results: dict[str, list[dict[str, Any]]], floor: str, console: Any, p
             str(sum(r["errors"] for r in runs)),
         )
     console.print(table)
+    service, shipped = (
+        results.get(SERVICE),
+        next((runs for name, runs in results.items() if name.endswith("(0.1.0)")), None),
+    )
+    if service and shipped:
+        ratios = [new["rate"] / old["rate"] for new, old in zip(service, shipped, strict=True)]
+        console.print(
+            f"- the service ÷ 0.1.0, each round: {', '.join(f'{r:.2f}×' for r in ratios)}"
+            f" (of the medians: {_median_rate(service) / _median_rate(shipped):.2f}×)",
+            highlight=False,
+        )
     for name, runs in results.items():
         rounds = ", ".join(f"{r['rate']:,.0f}/s p99 {r['p99_us'] / 1e3:.1f} ms" for r in runs)
         console.print(f"- {name}, each round: {rounds}", highlight=False, soft_wrap=True)
@@ -436,10 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also this checkout's service with uvloop and httptools hidden (h11 + asyncio)",
     )
     parser.add_argument("--dir", help="where the temporary databases go (default: the temp dir)")
-    parser.add_argument("--serve-floor", nargs=2, metavar=("DB", "PORT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve-floor", nargs=3, metavar=("KIND", "DB", "PORT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.serve_floor:
-        serve_floor(args.serve_floor[0], int(args.serve_floor[1]))
+        serve_floor(args.serve_floor[0], args.serve_floor[1], int(args.serve_floor[2]))
         return 0
     from rich.console import Console
 
@@ -460,8 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="agentjournal-wrk-bench-", dir=args.dir) as workdir:
         work = Path(workdir)
         contestants = [
-            Contestant("floor: bare Starlette route", SRC, "floor"),
-            Contestant("agentjournal serve (this checkout)", SRC, "service"),
+            Contestant("floor: bare ASGI", SRC, "floor"),
+            Contestant("floor (Starlette route)", SRC, "starlette"),
+            Contestant(SERVICE, SRC, "service"),
         ]
         if args.plain:
             contestants.append(Contestant("agentjournal serve (this checkout, h11)", SRC, "plain"))

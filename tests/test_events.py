@@ -413,6 +413,95 @@ JSON_VALUES = st.recursive(
 JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=6)
 
 
+def _loads_strict_as_before(text: str | bytes) -> Any:
+    """loads_strict as it was written before its decoder was made once: `json.loads` with the
+    hooks per call, and a Python loop over every object's pairs."""
+
+    def reject(name: str) -> Any:
+        raise InvalidEvent(f"JSON must not contain {name} (RFC 8259 has no such number)")
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise InvalidEvent(f"JSON object has the key {key!r} twice")
+            result[key] = value
+        return result
+
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_constant=reject, object_pairs_hook=pairs_hook)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidEvent("JSON nests too deep (the limit for a payload is 64 levels)") from exc
+
+
+def _strict_outcome(text: str | bytes) -> tuple[str, Any]:
+    try:
+        return "value", loads_strict(text)
+    except InvalidEvent as exc:
+        return "refused", str(exc)
+
+
+def _strict_outcome_before(text: str | bytes) -> tuple[str, Any]:
+    try:
+        return "value", _loads_strict_as_before(text)
+    except InvalidEvent as exc:
+        return "refused", str(exc)
+
+
+# JSON-ish text: the tokens of JSON and of what loads_strict refuses (NaN, Infinity, a key twice,
+# a byte-order mark, a leading zero, a control character in a string, a trailing comma).
+JSONISH_TOKENS = st.sampled_from(
+    [
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        " ",
+        '"a"',
+        '"b"',
+        '"\\u00e9"',
+        '"\t"',
+        '"\x01"',
+        "1",
+        "-0",
+        "01",
+        "2.5e3",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "null",
+        "true",
+        "false",
+        "\ufeff",
+    ]
+)
+JSONISH = st.lists(JSONISH_TOKENS, max_size=16).map("".join)
+
+
+@given(JSONISH)
+def test_loads_strict_answers_any_text_as_before(text: str) -> None:
+    """The decoder made once at import accepts and refuses (with the same words) exactly what
+    the per-call one did: text or its UTF-8 bytes."""
+    assert _strict_outcome(text) == _strict_outcome_before(text)
+    assert _strict_outcome(text.encode("utf-8")) == _strict_outcome_before(text.encode("utf-8"))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "é"]), JSON_VALUES), max_size=6))
+def test_loads_strict_refuses_a_key_twice_as_before(pairs: list[tuple[str, Any]]) -> None:
+    """Objects written with repeated keys, at any depth: the first key seen twice is named."""
+    members = ", ".join(f"{json.dumps(key)}: {json.dumps(value)}" for key, value in pairs)
+    for text in ("{" + members + "}", '[{"x": {' + members + "}}]"):
+        assert _strict_outcome(text) == _strict_outcome_before(text)
+        if len({key for key, _ in pairs}) < len(pairs):
+            assert _strict_outcome(text)[0] == "refused"
+
+
 @given(JSON_OBJECTS)
 def test_any_json_object_round_trips_through_prepare(payload: dict[str, Any]) -> None:
     prepared = prepare("test.any", payload)

@@ -66,7 +66,11 @@ def test_wrk_quick_run_prints_the_table_or_how_to_install_wrk(tmp_path: Path) ->
     else:
         # The 0.1.0 service is measured from commit 5711f93, when the clone has it.
         old = "is not in this clone" not in out
-        servers = ["floor: bare Starlette route", "agentjournal serve (this checkout)"]
+        servers = [
+            "floor: bare ASGI",
+            "floor (Starlette route)",
+            "agentjournal serve (this checkout)",
+        ]
         servers += ["agentjournal serve @ 5711f93 (0.1.0)"] if old else []
         for name in [*servers, "appends/s", "p99 ms", "vs floor"]:
             assert name in out, f"{name!r} missing from:\n{out}"
