@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy bench-stream clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -51,6 +51,9 @@ bench-peers: $(STAMP)  # one agent turn: agentjournal, raw sqlite3, SQLiteSessio
 	$(BIN)/python bench/peers_bench.py
 
 bench-wrk: $(STAMP) ; $(BIN)/python bench/http_wrk_bench.py  # appends under wrk: floor, service, 0.1.0
+bench-stream: $(STAMP)  # a model's deltas through /turns beside the model server streamed directly
+	$(BIN)/python bench/stream_bench.py
+
 bench-anatomy: $(STAMP)  # where one append's time goes: SQL, Python, pages per commit
 	$(BIN)/python bench/write_anatomy.py
 

@@ -220,6 +220,7 @@ class _FakeModelServer:
 
     def __init__(self) -> None:
         self._queue: deque[Reply] = deque()
+        self._keyed: dict[str, deque[Reply]] = {}
         self._always: Reply | None = None
         self.received: list[Received] = []
         self._changed = threading.Condition()
@@ -234,6 +235,12 @@ class _FakeModelServer:
     def answer(self, *replies: Reply) -> None:
         """Queue replies: each request takes the next one."""
         self._queue.extend(replies)
+
+    def answer_to(self, text: str, *replies: Reply) -> None:
+        """Queue replies for requests whose latest user text is `text`, and only for them (a
+        request for a text that has run out of replies gets a 500): a test sharing the server
+        with others, or with a server retrying in the background, gets its own answers."""
+        self._keyed.setdefault(text, deque()).extend(replies)
 
     def always(self, reply: Reply | None) -> None:
         """The reply for requests once the queue is empty."""
@@ -322,7 +329,11 @@ class _FakeModelServer:
             record.finished = True
             self._note()
             return
-        reply = self._queue.popleft() if self._queue else self._always
+        keyed = self._keyed.get(_user_text(body))
+        if keyed is not None:
+            reply = keyed.popleft() if keyed else Reply(status=500)
+        else:
+            reply = self._queue.popleft() if self._queue else self._always
         if reply is None:
             reply = Reply(status=500)
         gone = asyncio.Event()
@@ -359,6 +370,23 @@ class _FakeModelServer:
 
     async def stream(self, body: dict[str, Any], reply: Reply, out: _Stream) -> None:
         raise NotImplementedError
+
+
+def _user_text(body: Any) -> str | None:
+    """The text of the latest user message that has text (in either provider's shape)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = [b.get("text", "") for b in content if isinstance(b, dict)]
+            texts = [t for t in texts if t and isinstance(t, str)]
+            if texts:
+                return "".join(texts)
+    return None
 
 
 async def _json(send: Send, status: int, data: Any, retry_soon: bool = False) -> None:
@@ -609,3 +637,31 @@ class FakeAnthropic(_FakeModelServer):
         )
         await event("message_stop", {})
         await out.end()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve stamped replies until SIGTERM, in a process of its own (for benchmarks): the first
+    line printed is the server's URL."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="a fake model server for benchmarks")
+    parser.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
+    parser.add_argument("--chunks", type=int, default=50, help="text chunks per reply")
+    parser.add_argument("--interval", type=float, default=0.02, help="seconds between chunks")
+    parser.add_argument(
+        "--first-delay", type=float, default=0.0, help="seconds before the first text chunk"
+    )
+    args = parser.parse_args(argv)
+    server = FakeOpenAI() if args.kind == "openai" else FakeAnthropic()
+    reply = Reply(["x"] * args.chunks, stamp=True, interval=args.interval, stall=args.first_delay)
+    server.always(reply)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    with server:
+        print(server.url, flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -22,6 +22,7 @@ BLOCKED = (
     "uvicorn",
     "sse_starlette",
     "prometheus_client",
+    "httpx",
     "httpx_sse",
     "httptools",
     "uvloop",

@@ -156,3 +156,30 @@ def test_nothing_scripted_is_a_500_and_unknown_paths_404(oai: FakeOpenAI) -> Non
     for _ in range(2):
         answer = httpx.post(f"{oai.base_url}/chat/completions", json={"model": "m"})
         assert answer.json()["choices"][0]["message"]["content"] == "again"
+
+
+def test_keyed_replies_go_only_to_their_text(ant: FakeAnthropic) -> None:
+    ant.answer(Reply("queued"))
+    ant.answer_to("mine", Reply("for mine"))
+    client = anthropic.Anthropic(base_url=ant.base_url, api_key="k", max_retries=0)
+
+    def ask(*content: anthropic.types.MessageParam) -> str:
+        answer = client.messages.create(model="m", max_tokens=10, messages=list(content))
+        block = answer.content[0]
+        assert block.type == "text"
+        return block.text
+
+    tool_result: anthropic.types.MessageParam = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}],
+    }
+    # The latest user message with text decides; a tool result alone has none.
+    history: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": "mine"},
+        {"role": "assistant", "content": "x"},
+        tool_result,
+    ]
+    assert ask(*history) == "for mine"
+    with pytest.raises(anthropic.InternalServerError):  # its replies ran out: not the queue's
+        ask({"role": "user", "content": [{"type": "text", "text": "mine"}]})
+    assert ask({"role": "user", "content": "other"}) == "queued"

@@ -16,6 +16,7 @@ from agentjournal.search_text import (
     event_text,
     index_text,
     parse_query,
+    scores,
     snippet,
 )
 
@@ -137,3 +138,13 @@ def test_index_text_keeps_every_spaced_word(text: str) -> None:
     for word in spaced:
         if all(ord(c) < 0x3040 for c in word):
             assert word in indexed
+
+
+def test_scores_favour_more_occurrences_and_shorter_texts() -> None:
+    query = parse_query("refund")
+    found = scores(
+        ["refund refund refund, about the order", "refund, about the order", "refund " + "x" * 400],
+        query,
+    )
+    assert found[0] > found[1] > found[2] > 0
+    assert scores([], query) == []

@@ -25,6 +25,7 @@ from agentjournal.errors import (
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.search import SearchHit, SearchPage
 from agentjournal.tasks import Recovery
 from agentjournal.verify import Difference, VerifyReport
 
@@ -44,6 +45,8 @@ __all__ = [
     "NewEvent",
     "PayloadTooLarge",
     "Recovery",
+    "SearchHit",
+    "SearchPage",
     "SearchUnavailable",
     "Session",
     "SessionClosed",

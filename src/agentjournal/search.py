@@ -1,12 +1,14 @@
 """`Journal.search`: the arguments checked, the backend asked for a window of matches, the window
 ranked and cut into pages, each hit given its session and a snippet.
 
-Ranking every event that holds a common word costs one score per match: at a million events
-that is most of a second. So a search ranks within a window: the newest `WINDOW` matching events
-(of this tenant, after the filters), by relevance; the next page after a full window is the next
-older window. Pages are stable: a cursor names the window's newest event and the offset in it,
-so events appended meanwhile never shift a page. Without a query's rare words the best hits of a
-huge history are found by narrowing (`since`, `until`, `types`, `session_status`).
+Ranking every event that holds a common word costs one score per match, and database scores
+(FTS5's bm25) count a word's matches across the whole index first: at a million events that is
+tens of milliseconds per common word. So a search ranks within a window: the newest `WINDOW`
+matching events (of this tenant, after the filters), scored here by `search_text.scores` (the
+same on both backends); after a full window's pages come the next older window's. Pages are
+stable: a cursor names the window's newest event and the offset in it, so events appended
+meanwhile never shift a page. The best hits of a huge history are found by narrowing (`since`,
+`until`, `types`, `session_status`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from agentjournal.arguments import check_int
 from agentjournal.backends import Storage
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import check_type
-from agentjournal.search_text import SearchFilter, event_text, parse_query, snippet
+from agentjournal.search_text import SearchFilter, event_text, parse_query, scores, snippet
 
 __all__ = ["MAX_SEARCH_LIMIT", "WINDOW", "SearchHit", "SearchPage", "run_search"]
 
@@ -119,35 +121,35 @@ def run_search(
     window = storage.search(tenant, parsed, where, top, WINDOW)
     if not window:
         return SearchPage([], None)
-    top = window[0][0] if top is None else top
+    top = window[0] if top is None else top
+    events = storage.events_by_id(tenant, window)  # purged meanwhile: left out
+    texts = [event_text(e.type, e.payload) for e in events]
     # Best first; among equal scores, newest first (a stable order for the cursor's offset).
-    ranked = sorted(window, key=lambda hit: (-hit[1], -hit[0]))
+    ranked = sorted(
+        zip(scores(texts, parsed), events, texts, strict=True),
+        key=lambda hit: (-hit[0], -hit[1].event_id),
+    )
     page = ranked[offset : offset + limit]
     if offset + limit < len(ranked):
         next_cursor: str | None = f"{top}.{offset + limit}"
     elif len(window) == WINDOW:
-        next_cursor = f"{window[-1][0] - 1}.0"
+        next_cursor = f"{window[-1] - 1}.0"
     else:
         next_cursor = None
-    scores = dict(page)
-    events = {e.event_id: e for e in storage.events_by_id(tenant, [hit[0] for hit in page])}
     titles: dict[str, str] = {}
     hits = []
-    for event_id, _ in page:
-        event = events.get(event_id)
-        if event is None:  # purged since the window was read
-            continue
+    for score, event, text in page:
         if event.session_id not in titles:
             session = storage.session(tenant, event.session_id)
             titles[event.session_id] = session.title if session else ""
-        shown = snippet(event_text(event.type, event.payload), parsed)
+        shown = snippet(text, parsed)
         hits.append(
             SearchHit(
                 event.session_id,
                 event.seq,
                 event.type,
                 event.created_at,
-                round(scores[event_id], 6),
+                score,
                 titles[event.session_id],
                 shown.text,
                 shown.highlights,

@@ -17,9 +17,11 @@ FTS5's trigram tokenizer).
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
 from agentjournal.errors import InvalidArgument
@@ -35,6 +37,7 @@ __all__ = [
     "event_text",
     "index_text",
     "parse_query",
+    "scores",
     "snippet",
 ]
 
@@ -112,38 +115,25 @@ def _flatten(value: Any, *, keys: bool = True) -> str:
     return "\n".join(found)
 
 
-def _is_word_char(char: str) -> bool:
-    # unicode61's token characters: letters, digits and private-use characters.
-    return unicodedata.category(char)[0] in "LN" or unicodedata.category(char) == "Co"
+_UNSPACED_RANGES: Final = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+)
+_UNSPACED: Final = re.compile(f"[{_UNSPACED_RANGES}]")
 
 
 def _is_unspaced(char: str) -> bool:
     """Scripts written without spaces between words: Han (CJK ideographs) and Japanese kana."""
-    code = ord(char)
-    return (
-        0x3040 <= code <= 0x30FF  # Hiragana, Katakana
-        or 0x3400 <= code <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
-        or 0x20000 <= code <= 0x3134F  # CJK extensions B-G
-    )
+    return _UNSPACED.match(char) is not None
+
+
+# A run of unspaced characters, or a run of other letters and digits ([^\W_]: str.isalnum).
+_RUN: Final = re.compile(f"([{_UNSPACED_RANGES}]+)|((?:(?![{_UNSPACED_RANGES}])[^\\W_])+)")
 
 
 def _runs(text: str) -> list[tuple[str, bool, int]]:
     """Maximal runs of word characters: (run, unspaced, start offset); an unspaced run is split
     from spaced letters it touches ("订单abc" is "订单" and "abc")."""
-    runs: list[tuple[str, bool, int]] = []
-    start = -1
-    kind = False
-    for index, char in enumerate(text + " "):
-        word = index < len(text) and _is_word_char(char)
-        unspaced = word and _is_unspaced(char)
-        if start >= 0 and (not word or unspaced != kind):
-            runs.append((text[start:index], kind, start))
-            start = -1
-        if word and start < 0:
-            start, kind = index, unspaced
-    return runs
+    return [(m[0], m.lastindex == 1, m.start()) for m in _RUN.finditer(text)]
 
 
 def _bigrams(run: str) -> list[str]:
@@ -155,7 +145,7 @@ def _bigrams(run: str) -> list[str]:
 def index_text(text: str) -> str:
     """What the backends tokenize: `text` with every unspaced run replaced by its bigrams (and
     its last character), space separated; spaced words are kept as they are."""
-    if not any(_is_unspaced(char) for char in text):
+    if _UNSPACED.search(text) is None:
         return text
     return " ".join(
         " ".join(_bigrams(run)) if unspaced else run for run, unspaced, _ in _runs(text)
@@ -232,6 +222,32 @@ def parse_query(text: object) -> SearchQuery:
     return SearchQuery(tuple(dict.fromkeys(words)), unique)
 
 
+# BM25's saturation and length normalisation (its usual constants).
+_K1: Final = 1.2
+_B: Final = 0.75
+
+
+def scores(texts: list[str], query: SearchQuery) -> list[float]:
+    """A relevance score for each of `texts` (each holds every term of `query`): BM25's form,
+    with each word's count in the text (as a substring, case-blind) and the text's length
+    against the average of `texts`. Every text holds every word, so each word weighs the same
+    (an IDF would be equal for all of them). Higher is more relevant."""
+    if not texts:
+        return []
+    lengths = [max(1, len(text)) for text in texts]
+    average = sum(lengths) / len(lengths)
+    found = []
+    for text, length in zip(texts, lengths, strict=True):
+        lowered = text.lower()
+        norm = _K1 * (1 - _B + _B * length / average)
+        total = 0.0
+        for word in query.words:
+            count = lowered.count(word)
+            total += count * (_K1 + 1) / (count + norm) if count else 0.0
+        found.append(round(total, 6))
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Snippet:
     """A piece of an event's text around its first match. `highlights` are (start, end) offsets
@@ -250,6 +266,7 @@ class Snippet:
         return "".join(out)
 
 
+@cache
 def _fold(char: str) -> str:
     """A character as the index compares it: lowercased, accents removed (one char for one)."""
     base = unicodedata.normalize("NFD", char)[:1] or char
@@ -257,23 +274,30 @@ def _fold(char: str) -> str:
     return folded if len(folded) == 1 else char.lower()[:1] or char
 
 
+def _fold_text(text: str) -> str:
+    """`text` folded character by character (the same length, so offsets carry over)."""
+    if text.isascii():
+        return text.lower()
+    return "".join(map(_fold, text))
+
+
 def _matches(text: str, query: SearchQuery) -> list[tuple[int, int]]:
-    folded = "".join(_fold(c) for c in text)
+    folded = _fold_text(text)
+    prefixes = {t.text for t in query.terms if t.prefix}
+    spaced = {_fold_text(w): w in prefixes for w in query.words if not _is_unspaced(w[0])}
+    unspaced = [w for w in query.words if _is_unspaced(w[0])]
     spans: list[tuple[int, int]] = []
-    for run, unspaced, start in _runs(folded):
-        for word in query.words:
-            if unspaced:
+    for run, is_unspaced, start in _runs(folded):
+        if is_unspaced:
+            for word in unspaced:
                 found = run.find(word)
-                while found >= 0 and word and _is_unspaced(word[0]):
+                while found >= 0:
                     spans.append((start + found, start + found + len(word)))
                     found = run.find(word, found + len(word))
-            else:
-                folded_word = "".join(_fold(c) for c in word)
-                term = next((t for t in query.terms if t.text == word), None)
-                if run == folded_word or (
-                    term is not None and term.prefix and run.startswith(folded_word)
-                ):
-                    spans.append((start, start + len(run)))
+        elif run in spaced or any(
+            prefix and run.startswith(word) for word, prefix in spaced.items()
+        ):
+            spans.append((start, start + len(run)))
     merged: list[tuple[int, int]] = []
     for span in sorted(spans):
         if merged and span[0] < merged[-1][1]:

@@ -235,3 +235,21 @@ def test_verify_reports_a_missing_index_row_and_rebuild_restores_it(
     assert "search_index" in repaired.rebuilt
     assert journal.verify().ok
     assert found(journal, "axolotl") == [(sid, 2)]
+
+
+def test_verify_reports_index_rows_of_events_that_do_not_exist(
+    journal: Journal, raw: RawSQL
+) -> None:
+    sid = journal.create_session("real").session_id
+    journal.append(sid, "user_message", {"content": "okapi"})
+    assert found(journal, "okapi") == [(sid, 2)]
+    if raw.backend == "sqlite":
+        raw.execute("INSERT INTO search_index (rowid, body) VALUES (999999, 'okapi ghost')")
+    else:
+        raw.execute(
+            "INSERT INTO search_index (event_id, tenant, session_id, terms)"
+            " VALUES (999999, 'default', ?, to_tsvector('simple', 'okapi ghost'))",
+            (sid,),
+        )
+    assert found(journal, "okapi") == [(sid, 2)]  # a hit needs its event
+    assert journal.verify().integrity == ["search index: 1 rows of events that do not exist"]

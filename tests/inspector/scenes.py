@@ -4,7 +4,9 @@ through. Used by the browser tests and by screenshot.py."""
 
 from __future__ import annotations
 
-from agentjournal import Journal
+import json
+
+from agentjournal import Journal, NewEvent
 from agentjournal.demo.order_agent import QUERY_ORDERS, build
 
 ORDER_TITLE = "订单客服"
@@ -38,3 +40,35 @@ def order_session(
             task.task_id, progress, attempt=claimed.attempt, message=f"step {step}/10"
         )
     return session.session_id
+
+
+FILLER = "lorem ipsum dolor sit amet, " * 5  # ~140 characters a message
+
+
+def long_session(journal: Journal, events: int, title: str = "long run") -> str:
+    """A session of `events` events: session_created, then turns of a user message, a tool call,
+    its result and a reply (turn n's texts start "question n:", "result n:", "answer n:"), written
+    in batches with `append_many` (open the journal with durability="normal" to write fast)."""
+    session_id = journal.create_session(title, model="scripted").session_id
+    batch: list[NewEvent] = []
+    turn = 0
+    for index in range(events - 1):
+        kind = index % 4
+        if kind == 0:
+            batch.append(NewEvent("user_message", {"content": f"question {turn}: {FILLER}"}))
+        elif kind == 1:
+            arguments = json.dumps({"n": turn})
+            call = {"call_id": f"call_{turn}", "name": "lookup", "arguments": arguments}
+            batch.append(NewEvent("tool_call", call))
+        elif kind == 2:
+            result = {"call_id": f"call_{turn}", "content": f"result {turn}: {FILLER}"}
+            batch.append(NewEvent("tool_result", result))
+        else:
+            batch.append(NewEvent("assistant_message", {"content": f"answer {turn}: {FILLER}"}))
+            turn += 1
+        if len(batch) == 2000:
+            journal.append_many(session_id, batch)
+            batch = []
+    if batch:
+        journal.append_many(session_id, batch)
+    return session_id

@@ -137,7 +137,9 @@ def test_the_page_and_its_files_are_served_with_no_external_url(server: RunningS
         assert "default-src 'none'" in policy, policy
         assert "connect-src 'self'" in policy, policy
         linked = re.findall(r"""(?:src|href)=["']([^"'#]+)["']""", page.text)
-        assert sorted(linked) == ["inspector/inspector.css", "inspector/inspector.js"], linked
+        preloaded = re.findall(r'rel="modulepreload" href="([^"]+)"', page.text)
+        loaded = sorted(set(linked) - set(preloaded))
+        assert loaded == ["inspector/inspector.css", "inspector/inspector.js"], linked
         texts = {"index.html": page.text}
         queue = list(linked)
         while queue:
@@ -152,6 +154,9 @@ def test_the_page_and_its_files_are_served_with_no_external_url(server: RunningS
             assert found is None, f"{name} refers to another origin: {found.group(0)!r}"
         shipped = {p.name for p in (files("agentjournal.inspector") / "static").iterdir()}
         assert set(texts) == shipped  # every shipped file is reachable from the page
+        # Every module the page imports is preloaded at once (none is missed as modules change).
+        modules = {name for name in shipped if name.endswith(".js")} - {"inspector.js"}
+        assert {p.removeprefix("inspector/") for p in preloaded} == modules
         assert http.get("/inspector/missing.js").status_code == 404
         paths = http.get("/openapi.json").json()["paths"]
         assert not [
@@ -359,6 +364,37 @@ def test_a_list_answer_older_than_a_live_event_does_not_undo_it(inspector: Brows
     route.fulfill(response=stale)
     expect(page.locator("#session-count")).to_have_text("1 matching session")
     expect(row).to_contain_text("11 events")
+
+
+def test_the_sessions_list_is_live(inspector: Browsing) -> None:
+    tag = secrets.token_hex(3)
+    with inspector.journal() as journal:
+        older = journal.create_session(f"older {tag}").session_id
+        newer = journal.create_session(f"newer {tag}").session_id
+    page = inspector.open()
+    links = page.locator("#session-list a")
+    expect(links.first).to_contain_text(f"newer {tag}")
+    lists_asked = len(sessions_pages_asked(inspector))
+    # Activity moves a session to the top with its count, without asking for the list.
+    with inspector.journal() as journal:
+        for number in range(30):
+            journal.append(older, "user_message", {"content": f"news {number}"})
+    expect(links.first).to_contain_text(f"older {tag}")
+    expect(links.first).to_contain_text("31 events")
+    expect(links.nth(1)).to_contain_text(newer)
+    assert len(sessions_pages_asked(inspector)) == lists_asked
+    # A new session brings the first page again, and shows at the top.
+    with inspector.journal() as journal:
+        created = journal.create_session(f"created {tag}").session_id
+        journal.update_session(newer, status="deleted")
+    expect(links.first).to_contain_text(created)
+    expect(links.filter(has_text=newer)).to_have_count(0)  # deleted: not in "Not deleted"
+    # The feed's news is shown at most once a second: one reload for both.
+    assert len(sessions_pages_asked(inspector)) <= lists_asked + 2
+
+
+def sessions_pages_asked(inspector: Browsing) -> list[str]:
+    return [r.url for r in inspector.requests if urlsplit(r.url).path == "/v1/sessions"]
 
 
 # -- one session's timeline -------------------------------------------------------------------

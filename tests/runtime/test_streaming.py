@@ -2,7 +2,8 @@
 `Agent.astream_turn` over a real SQLite journal. Deltas arrive in order, interleaved with the
 journaled events; the journal gets exactly what `run_turn` writes; a cancel journals the text the
 user saw, marked interrupted; a model failing mid-stream leaves nothing half-written and the turn
-resumable."""
+resumable. First over `ScriptedModel`, then over the official OpenAI and Anthropic clients
+talking to the fake servers of tests/fake_model_servers.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from agentjournal.runtime import (
     ToolCallDelta,
     resume_incomplete,
 )
+from agentjournal.runtime.anthropic_model import AnthropicModel
+from agentjournal.runtime.openai_model import OpenAIChatModel
 from agentjournal.runtime.streaming import ModelChunk
+from fake_model_servers import Call, FakeAnthropic, FakeOpenAI, Reply, split
 
 GREETING = SCRIPTS["你好"].reply
 REPLY = SCRIPTS[QUERY_ORDERS].reply.replace("{result}", "42")
@@ -44,6 +48,11 @@ def agent_with(**model: Any) -> Agent:
 
 def kinds(items: list[Any]) -> list[str]:
     return [item.type if isinstance(item, Event) else type(item).__name__ for item in items]
+
+
+def collapsed(names: list[str]) -> list[str]:
+    """`names` with each run of one name written once."""
+    return [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
 
 
 def text_of(items: list[Any]) -> str:
@@ -201,3 +210,100 @@ def test_a_refused_turn_raises_at_the_first_item_and_a_repeat_yields_the_origina
     assert again == [item for item in first if isinstance(item, Event)]
     assert repeat.result is not None
     assert repeat.result.created is False
+
+
+# -- over the OpenAI- and Anthropic-compatible fake servers (the official clients) -------------
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeOpenAI | FakeAnthropic]:
+    server = FakeOpenAI() if request.param == "openai" else FakeAnthropic()
+    with server:
+        yield server
+
+
+@pytest.fixture
+def agent_on(fake: FakeOpenAI | FakeAnthropic) -> Iterator[Agent]:
+    """The demo's tools on the real client of the fake server's provider (no retries: each
+    request takes exactly one queued reply); its connections closed after the test."""
+    model: OpenAIChatModel | AnthropicModel
+    if isinstance(fake, FakeOpenAI):
+        model = OpenAIChatModel("fake", base_url=fake.base_url, api_key="k", retries=0)
+    else:
+        model = AnthropicModel("fake", base_url=fake.base_url, api_key="k", retries=0)
+    agent = Agent(model, list(build().tools.values()), name="demo")
+    yield agent
+    agent.close()
+
+
+def test_a_real_client_streams_a_turn_with_a_tool_call(
+    journal: Journal, fake: FakeOpenAI | FakeAnthropic, agent_on: Agent
+) -> None:
+    fake.answer(
+        Reply(calls=[Call("call_1", "query_order_count", '{"month": "2026-11"}', fragments=3)]),
+        Reply(text=split(REPLY, 6)),
+    )
+    agent = agent_on
+    session_id = agent.create_session(journal, "s").session_id
+    items = list(agent.stream_turn(journal, session_id, QUERY_ORDERS))
+    # A client may split a call's first delta (id and name) from its argument fragments.
+    assert collapsed(kinds(items)) == [
+        "user_message",
+        "ToolCallDelta",
+        "tool_call",
+        "tool_result",
+        "TextDelta",
+        "assistant_message",
+    ]
+    calls = [item for item in items if isinstance(item, ToolCallDelta)]
+    assert (calls[0].index, calls[0].call_id, calls[0].name) == (0, "call_1", "query_order_count")
+    assert "".join(c.arguments for c in calls) == '{"month": "2026-11"}'
+    assert [item.text for item in items if isinstance(item, TextDelta)] == split(REPLY, 6)
+    answer = items[-1]
+    assert answer.payload["content"] == REPLY
+    assert answer.payload["usage"] == {"prompt_tokens": 20, "completion_tokens": 10}
+    assert [item for item in items if isinstance(item, Event)] == journal.events(
+        session_id, after=1
+    )
+
+
+def test_a_cancel_hangs_up_on_the_model_server_and_journals_what_was_yielded(
+    journal: Journal, fake: FakeOpenAI | FakeAnthropic, agent_on: Agent
+) -> None:
+    chunks = split(GREETING, 8)
+    fake.answer(Reply(text=chunks, stall=60.0, stall_after=3))
+    agent = agent_on
+    session_id = agent.create_session(journal, "s").session_id
+    stream = agent.stream_turn(journal, session_id, "你好")
+    seen = [next(stream) for _ in range(4)]  # the user message and three deltas
+    stream.cancel()
+    rest = list(stream)
+    assert kinds(seen + rest) == [
+        "user_message",
+        "TextDelta",
+        "TextDelta",
+        "TextDelta",
+        "assistant_message",
+    ]
+    assert rest[-1].payload == {"content": "".join(chunks[:3]), "interrupted": True}
+    # The model call was stopped: the client hung up in the middle of the stall.
+    fake.wait_until(lambda received: received[-1].disconnected)
+
+
+@pytest.mark.parametrize("fault", ["error_after", "drop_after"])
+def test_a_stream_that_breaks_off_raises_and_resume_finishes_the_turn(
+    journal: Journal, fake: FakeOpenAI | FakeAnthropic, agent_on: Agent, fault: str
+) -> None:
+    fake.answer(Reply(text=split(GREETING, 8), **{fault: 3}))
+    agent = agent_on
+    session_id = agent.create_session(journal, "s").session_id
+    stream = agent.stream_turn(journal, session_id, "你好")
+    seen = [next(stream) for _ in range(4)]
+    with pytest.raises(ModelError):
+        next(stream)
+    assert text_of(seen) == "".join(split(GREETING, 8)[:3])
+    assert [e.type for e in journal.events(session_id)] == ["session_created", "user_message"]
+    assert journal.get_session(session_id).turn_open is True
+    fake.answer(Reply(text=split(GREETING, 4)))
+    report = resume_incomplete(journal, [agent])
+    assert [r.reply for r in report.finished] == [GREETING]

@@ -312,7 +312,15 @@ def prepare(case: Any, fuzz: Fuzz, choice: dict[str, Any]) -> dict[str, str]:
         case.path_parameters = {**case.path_parameters, "session_id": choice["session"]}
     if case.path_parameters and "turn" in case.path_parameters and choice["turn"]:
         session_id, turn = choice["turn"]
-        case.path_parameters = {**case.path_parameters, "session_id": session_id, "turn": turn}
+        generated = case.path_parameters["turn"]
+        valid = type(generated) is int and 1 <= generated < 2**63
+        # A turn made invalid on purpose (negative mode) stays: replacing it would make the
+        # request valid while schemathesis still expects a refusal.
+        case.path_parameters = {
+            **case.path_parameters,
+            "session_id": session_id,
+            "turn": turn if valid else generated,
+        }
     if case.path_parameters and "task_id" in case.path_parameters and choice["task"]:
         case.path_parameters = {**case.path_parameters, "task_id": choice["task"]}
     if isinstance(case.body, dict) and "attempt" in case.body and choice["attempt"] is not None:

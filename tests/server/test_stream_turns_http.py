@@ -4,7 +4,8 @@ frame's id gets exactly the rest (during the turn and after it ended); a client 
 not stop the turn; a cancel journals the text the user was sent, marked interrupted; a model that
 fails mid-stream ends the stream with an `error` frame and leaves the turn for resume; and a
 server SIGKILLed mid-stream finishes the turn when it restarts, streaming the new answer (after a
-`reset`) to the client that reconnects.
+`reset`) to the client that reconnects. All of it over `ScriptedModel`, then the main cases over
+the official OpenAI and Anthropic clients talking to the fake servers (tests/fake_model_servers.py).
 
 The scripted model streams one character per delta; the environment shapes it (a delay per chunk,
 a stall until cancelled, a failure at a given chunk: see agents_for_tests.scripted)."""
@@ -26,6 +27,7 @@ from test_turns_http import Frame, assert_numbered, events, frames, new_session,
 
 from agentjournal.demo.order_agent import ORDER_COUNT, QUERY_ORDERS, SCRIPTS
 from agentjournal.server.turn_frames import FrameId
+from fake_model_servers import Call, FakeAnthropic, FakeOpenAI, Reply, split
 
 SSE = "text/event-stream"
 HERE = Path(__file__).parent
@@ -76,6 +78,11 @@ def text_of(received: list[Frame]) -> str:
 
 def shape(received: list[Frame]) -> list[str]:
     return [frame.event or "" for frame in received]
+
+
+def collapsed(names: list[str]) -> list[str]:
+    """`names` with each run of one name written once (clients split deltas differently)."""
+    return [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
 
 
 @pytest.fixture(scope="module")
@@ -246,9 +253,12 @@ def test_a_model_failing_mid_stream_sends_an_error_frame_and_resume_streams_the_
         assert [e["payload"] for e in written] == [{"content": "你好"}, {"content": GREETING}]
 
 
-def assert_restarted(frames_after: list[Frame], last_id: str | None, user_message: Frame) -> None:
+def assert_restarted(
+    frames_after: list[Frame], last_id: str | None, user_message: Frame, deltas: int = 0
+) -> None:
     """A `reset` naming the new run, then that run from its start: the user message (the same
-    journaled event), every delta of the new answer, and the answer."""
+    journaled event), every delta of the new answer (`deltas` of them; 0: one per character),
+    and the answer."""
     reset, *run = frames_after
     assert reset.event == "reset"
     old, new = FrameId.parse(last_id or ""), FrameId.parse(reset.id or "")
@@ -257,11 +267,14 @@ def assert_restarted(frames_after: list[Frame], last_id: str | None, user_messag
     assert (new.turn, new.n) == (2, 0)
     assert new.run != old.run
     assert reset.json()["run"] == new.run
-    assert shape(run) == ["user_message", *["text_delta"] * len(GREETING), "assistant_message"]
+    count = deltas or len(GREETING)
+    assert shape(run) == ["user_message", *["text_delta"] * count, "assistant_message"]
     assert [frame.id for frame in run] == [f"2:{new.run}:{n}" for n in range(1, len(run) + 1)]
     assert run[0].json() == user_message.json()
     assert text_of(run) == GREETING
-    assert run[-1].json()["payload"] == {"content": GREETING}
+    answer = run[-1].json()["payload"]
+    assert answer["content"] == GREETING
+    assert "interrupted" not in answer
 
 
 def test_a_server_killed_mid_stream_resumes_the_turn_and_streams_it_to_a_reconnecting_client(
@@ -301,3 +314,118 @@ def test_the_documented_python_client_prints_the_reply_as_it_is_written(
     reply = namespace["ask"](fast.base_url, session_id, QUERY_ORDERS, "docs-1")
     assert reply == REPLY
     assert capsys.readouterr().out == REPLY + "\n"
+
+
+# -- over the OpenAI- and Anthropic-compatible fake servers (the official clients) -------------
+
+
+@pytest.fixture(scope="module", params=["openai", "anthropic"])
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeOpenAI | FakeAnthropic]:
+    """A fake model server in this process; the agent's server (a subprocess) calls it."""
+    server = FakeOpenAI() if request.param == "openai" else FakeAnthropic()
+    with server:
+        yield server
+
+
+def fake_agent(fake: FakeOpenAI | FakeAnthropic) -> tuple[str, dict[str, str]]:
+    """The `--agent` and environment of a server whose agent talks to `fake`."""
+    name = "openai_fake" if isinstance(fake, FakeOpenAI) else "anthropic_fake"
+    return f"agents_for_tests:{name}", agent_env(AGENTJOURNAL_TEST_MODEL_URL=fake.base_url)
+
+
+@pytest.fixture(scope="module")
+def provider_server(start_server: Callable[..., Any], fake: FakeOpenAI | FakeAnthropic) -> Any:
+    agent, env = fake_agent(fake)
+    return start_server("--agent", agent, env=env)
+
+
+def test_over_a_provider_deltas_arrive_in_order_and_a_reconnect_after_any_frame_gets_the_rest(
+    provider_server: Any, fake: FakeOpenAI | FakeAnthropic
+) -> None:
+    fake.answer(
+        Reply(calls=[Call("call_1", "query_order_count", '{"month": "11"}', fragments=3)]),
+        Reply(text=split(REPLY, 6)),
+    )
+    with httpx.Client(base_url=provider_server.base_url, timeout=10.0) as client:
+        session_id = new_session(client)
+        with posted(client, session_id, QUERY_ORDERS) as stream:
+            received = list(stream)
+        assert collapsed(shape(received)) == [
+            "user_message",
+            "tool_call_delta",
+            "tool_call",
+            "tool_result",
+            "text_delta",
+            "assistant_message",
+        ]
+        assert_numbered(received, 2)
+        calls = [f.json() for f in received if f.event == "tool_call_delta"]
+        assert (calls[0]["call_id"], calls[0]["name"]) == ("call_1", "query_order_count")
+        assert "".join(c["arguments"] for c in calls) == '{"month": "11"}'
+        assert [f.json()["text"] for f in received if f.event == "text_delta"] == split(REPLY, 6)
+        journaled = [f.json() for f in received if f.event not in ("text_delta", "tool_call_delta")]
+        assert journaled == events(client, session_id, after=1)
+        for index, frame in enumerate(received):
+            assert reconnect(client, session_id, 2, frame.id) == received[index + 1 :], index
+
+
+def test_over_a_provider_a_dropped_client_does_not_stop_the_turn_and_a_cancel_hangs_up(
+    provider_server: Any, fake: FakeOpenAI | FakeAnthropic
+) -> None:
+    chunks = split(GREETING, 8)
+    fake.answer(Reply(text=chunks, interval=0.05))
+    with httpx.Client(base_url=provider_server.base_url, timeout=10.0) as client:
+        session_id = new_session(client)
+        with posted(client, session_id, "你好") as stream:
+            before = [next(stream) for _ in range(3)]
+        rest = reconnect(client, session_id, 2, before[-1].id)
+        assert [f.json()["text"] for f in before[1:] + rest[:-1]] == chunks
+        wait_for(lambda: not ok(client.get(f"/v1/sessions/{session_id}"))["turn_open"], "end")
+        assert events(client, session_id, after=2)[0]["payload"]["content"] == GREETING
+
+        fake.answer(Reply(text=chunks, stall=60.0, stall_after=3))
+        other = new_session(client)
+        with posted(client, other, "你好") as stream:
+            seen = [next(stream) for _ in range(4)]  # the user message and three deltas
+            cancelled = ok(client.post(f"/v1/sessions/{other}/turns/2/cancel"))
+            after = list(stream)
+        answer = {"content": "".join(chunks[:3]), "interrupted": True}
+        assert cancelled["event"]["payload"] == answer
+        assert [f.json() for f in after] == [cancelled["event"]]
+        assert text_of(seen) == answer["content"]
+        # The model call was stopped: the agent's client hung up on the model server.
+        fake.wait_until(lambda received: received[-1].disconnected)
+
+
+def test_over_a_provider_a_failure_mid_stream_and_a_kill_mid_stream_resume_on_restart(
+    start_server: Callable[..., Any], fake: FakeOpenAI | FakeAnthropic, tmp_path: Path
+) -> None:
+    agent, env = fake_agent(fake)
+    db_path = tmp_path / "provider.db"
+    chunks = split(GREETING, 8)
+    first = start_server("--agent", agent, db_path=db_path, env=env)
+    with httpx.Client(base_url=first.base_url, timeout=10.0) as client:
+        # The model's stream breaks off with an error event after three chunks.
+        failed = new_session(client)
+        fake.answer(Reply(text=chunks, error_after=3))
+        with posted(client, failed, "你好") as stream:
+            broken = list(stream)
+        assert shape(broken) == ["user_message", "text_delta", "text_delta", "text_delta", "error"]
+        assert broken[-1].json()["status"] == 502
+        assert [e["type"] for e in events(client, failed, 1)] == ["user_message"]
+        # Another turn: the server is killed while the model stalls after three chunks.
+        killed = new_session(client)
+        fake.answer(Reply(text=chunks, stall=60.0, stall_after=3))
+        with posted(client, killed, "你好") as stream:
+            seen = [next(stream) for _ in range(4)]
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait(timeout=15)
+    # Both turns are open; the restarted server finishes them, each with a fresh answer.
+    fake.answer(Reply(text=split(GREETING, 4)), Reply(text=split(GREETING, 4)))
+    second = start_server("--agent", agent, db_path=db_path, port=first.port, env=env)
+    with httpx.Client(base_url=second.base_url, timeout=10.0) as client:
+        for session_id, last in ((failed, broken[-1]), (killed, seen[-1])):
+            again = reconnect(client, session_id, 2, last.id)
+            assert_restarted(again, last.id, seen[0] if session_id == killed else broken[0], 4)
+            written = events(client, session_id, after=1)
+            assert [e["payload"]["content"] for e in written] == ["你好", GREETING]

@@ -11,10 +11,12 @@ session, events, transcript, tasks and both tenants' session and task lists are 
 same request with A's own key succeeds (2xx), which shows the request was one that would have had
 an effect.
 
-The server runs the demo agent (`--agent demo`) and A's sessions are bound to it, so that A's own
-turn succeeds; each A session carries a task of its own type that A claimed (attempt 1, running),
-so that A's own progress, complete, fail and cancel succeed. Task routes without a path parameter
-(claim, the task list) are checked in `test_tasks_and_claims_are_per_tenant`.
+The server runs the demo agent (`agents_for_tests:stalling`: the demo's, plus a message whose
+reply stalls until cancelled) and A's sessions are bound to it, so that A's own turn succeeds;
+each A session carries a task of its own type that A claimed (attempt 1, running), so that A's own
+progress, complete, fail and cancel succeed; for the routes of one turn, it also has a turn that
+is running (stalled), so that A's own stream and cancel of it succeed. Task routes without a path
+parameter (claim, the task list) are checked in `test_tasks_and_claims_are_per_tenant`.
 """
 
 from __future__ import annotations
@@ -22,24 +24,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from agents_for_tests import STALL
 
 from agentjournal import Journal
 from agentjournal.demo.order_agent import QUERY_ORDERS
 from agentjournal.server import create_app
 
 A, B = "acme", "beta"
+HERE = Path(__file__).parent
 PROBLEM_JSON = "application/problem+json"
 PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
-# The path parameters the matrix seeds: every A session comes with a running task.
-SEEDED_PARAMS = {"session_id", "task_id"}
+# The path parameters the matrix seeds: every A session comes with a running task, and for the
+# routes of one turn with a running turn.
+SEEDED_PARAMS = {"session_id", "task_id", "turn"}
 AGENT = "demo"
 LEASE_SECONDS = 3600  # A's claim of the seeded task; nothing may expire during the module
 
@@ -149,6 +156,11 @@ REQUESTS: dict[tuple[str, str], list[Variant]] = {
             headers={"Idempotency-Key": SEED_EVENTS[0]["idempotency_key"]},
         ),
     ],
+    ("GET", "/v1/sessions/{session_id}/turns/{turn}/stream"): [
+        Variant("held", query={"follow": "false"}),
+        Variant("live", follow_stream=True),
+    ],
+    ("POST", "/v1/sessions/{session_id}/turns/{turn}/cancel"): [Variant("cancel")],
     ("GET", "/v1/tasks/{task_id}"): [Variant("read")],
     ("POST", "/v1/tasks/{task_id}/progress"): [
         Variant("progress", body={"attempt": 1, "progress": 0.5, "message": "half"}),
@@ -201,8 +213,15 @@ def agent_server(server_db: Any, start_server: Any) -> Any:
     """A keyed server for A and B that runs the demo agent (so that A's turns succeed); the rate
     limit is out of the way of the matrix' thousands of requests. Once per backend: on
     PostgreSQL, row-level security stands behind the same checks."""
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
     return start_server(
-        "--agent", AGENT, "--rate-limit", "100000", tenants=(A, B), db_path=server_db
+        "--agent",
+        "agents_for_tests:stalling",
+        "--rate-limit",
+        "100000",
+        tenants=(A, B),
+        db_path=server_db,
+        env={"PYTHONPATH": path},
     )
 
 
@@ -274,6 +293,7 @@ def missing_ids() -> dict[str, str]:
     return {
         "session_id": f"sess_{secrets.token_hex(8)}",
         "task_id": f"task_{secrets.token_hex(12)}",
+        "turn": "999",
     }
 
 
@@ -283,6 +303,7 @@ class Tenants:
     def __init__(self, http: httpx.Client, keys: dict[str, str]) -> None:
         self.http = http
         self.keys = keys
+        self.running: list[tuple[str, str]] = []  # (session, turn) of the stalled turns started
 
     def auth(self, tenant: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[tenant]}"}
@@ -312,9 +333,10 @@ class Tenants:
         assert [event["seq"] for event in appended["events"]] == [2, 3, 4, 5]
         return str(session_id)
 
-    def seeded(self, tenant: str = A) -> dict[str, str]:
+    def seeded(self, tenant: str = A, turn: bool = False) -> dict[str, str]:
         """A seeded session and a task in it that `tenant` claimed (attempt 1, running): the ids
-        for every path parameter the matrix knows."""
+        for every path parameter the matrix knows; with `turn`, also a turn of the session that
+        runs (stalled) until cancelled."""
         session_id = self.seeded_session(tenant)
         task_type = f"probe.{secrets.token_hex(6)}"  # only this task has it: the claim takes it
         created = self.ok(
@@ -337,7 +359,34 @@ class Tenants:
         assert (claimed["status"], claimed["attempt"]) == ("running", 1), claimed
         session = self.ok(tenant, "GET", f"/v1/sessions/{session_id}")
         assert session["last_seq"] == SEEDED_LAST_SEQ, session
-        return {"session_id": session_id, "task_id": claimed["task_id"]}
+        ids = {"session_id": session_id, "task_id": claimed["task_id"]}
+        if turn:
+            ids["turn"] = self.stalled_turn(tenant, session_id)
+        return ids
+
+    def stalled_turn(self, tenant: str, session_id: str) -> str:
+        """Start a turn that stalls until cancelled; leave its stream after the first frame (the
+        turn goes on). Its seq, from that frame's id ({turn}:{run}:{n})."""
+        with self.http.stream(
+            "POST",
+            f"/v1/sessions/{session_id}/turns",
+            json={"content": STALL},
+            headers={**self.auth(tenant), "Accept": "text/event-stream"},
+        ) as response:
+            assert response.status_code == 201, response.read()
+            frame_id = next(line for line in response.iter_lines() if line.startswith("id:"))
+        turn = frame_id.removeprefix("id:").strip().split(":")[0]
+        self.running.append((session_id, turn))
+        return turn
+
+    def cancel_running(self) -> None:
+        """Cancel the stalled turns still running (409: one that a request cancelled)."""
+        for session_id, turn in self.running:
+            response = self.http.post(
+                f"/v1/sessions/{session_id}/turns/{turn}/cancel", headers=self.auth(A)
+            )
+            assert response.status_code in (200, 409), response.text
+        self.running = []
 
     def session_ids(self, tenant: str) -> list[str]:
         page = self.ok(tenant, "GET", "/v1/sessions", params={"status": "all", "limit": 1000})
@@ -384,9 +433,11 @@ class Tenants:
 
 
 @pytest.fixture(scope="module")
-def tenants(http: httpx.Client, agent_server: Any) -> Tenants:
+def tenants(http: httpx.Client, agent_server: Any) -> Iterator[Tenants]:
     assert {A, B} <= set(agent_server.keys)
-    return Tenants(http, agent_server.keys)
+    tenants = Tenants(http, agent_server.keys)
+    yield tenants
+    tenants.cancel_running()  # else the server's stop would wait for them
 
 
 def comparable(reply: Reply, ids: dict[str, str]) -> dict[str, Any]:
@@ -448,7 +499,7 @@ def test_another_tenants_session_is_exactly_like_a_missing_one_and_stays_unchang
         # A route missing from REQUESTS fails the coverage test; it is still probed here.
         for variant in requests_for(method, route) or [Variant("default", follow_stream=True)]:
             where = f"{method} {route} [{variant.label}]"
-            victim = tenants.seeded(A)
+            victim = tenants.seeded(A, turn="{turn}" in route)
             before = tenants.snapshot(victim)
 
             crossing = with_ids(variant, victim)
@@ -602,7 +653,7 @@ def test_every_v1_route_refuses_a_request_without_a_valid_key(
             {"api_key": tenants.keys[A], "key": tenants.keys[A], "access_token": tenants.keys[A]},
         ),
     ]
-    victim = tenants.seeded(A)
+    victim = tenants.seeded(A, turn=True)
     before = tenants.snapshot(victim)
     failures: list[str] = []
     for method, route in v1:
@@ -625,3 +676,41 @@ def test_every_v1_route_refuses_a_request_without_a_valid_key(
                     failures.append(f"{where}: no WWW-Authenticate: Bearer")
     assert tenants.snapshot(victim) == before
     assert not failures, "\n".join(failures)
+
+
+def test_search_finds_only_the_callers_sessions(tenants: Tenants) -> None:
+    """`GET /v1/search` has no path parameter, so the matrix above does not reach it: B searching
+    for words only A's session holds (its message, its title, its metadata) finds nothing, and
+    A finds them; a word both hold gives each tenant its own session only."""
+    word = f"secret{secrets.token_hex(4)}"
+    shared = f"shared{secrets.token_hex(4)}"
+    sessions = {}
+    for tenant in (A, B):
+        session = tenants.ok(
+            tenant,
+            "POST",
+            "/v1/sessions",
+            json={"title": f"{shared} title", "metadata": {"note": shared}},
+        )
+        sessions[tenant] = session["session_id"]
+    tenants.ok(
+        A,
+        "POST",
+        f"/v1/sessions/{sessions[A]}/events",
+        json={"type": "user_message", "payload": {"content": f"the {word} and {shared}"}},
+    )
+    for params in (
+        {"q": word},
+        {"q": word, "session_status": "all"},
+        {"q": f"{word} {shared}"},
+        {"q": f"{word[:-2]}*"},
+    ):
+        assert tenants.ok(B, "GET", "/v1/search", params=params) == {
+            "hits": [],
+            "next_cursor": None,
+        }, params
+        hits = tenants.ok(A, "GET", "/v1/search", params=params)["hits"]
+        assert [(h["session_id"], h["seq"]) for h in hits] == [(sessions[A], 2)], params
+    for tenant in (A, B):
+        hits = tenants.ok(tenant, "GET", "/v1/search", params={"q": shared, "limit": 100})["hits"]
+        assert {h["session_id"] for h in hits} == {sessions[tenant]}, tenant

@@ -212,11 +212,10 @@ class Storage(Protocol):
         where: SearchFilter,
         below: int | None,
         size: int,
-    ) -> list[tuple[int, float]]:
-        """(event_id, score) of the newest `size` events of the tenant that match every term of
-        `query` and pass `where`, with event_id at most `below`; newest first, higher score
-        more relevant. Every committed event is searchable. SearchUnavailable if the database
-        cannot search."""
+    ) -> list[int]:
+        """The event_ids of the newest `size` events of the tenant that match every term of
+        `query` and pass `where`, with event_id at most `below`; newest first. Every committed
+        event is searchable. SearchUnavailable if the database cannot search."""
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         """The tenant's events of these ids (any order; ids of none are left out)."""

@@ -97,7 +97,10 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
 class PostgresStorage:
     """A journal in a PostgreSQL database (or one schema of it). Thread-safe."""
 
-    def __init__(self, url: str, durability: str = "full") -> None:
+    def __init__(self, url: str, durability: str = "full", *, search_index: bool = True) -> None:
+        """`search_index=False` leaves new events out of the search index (bench/search_bench.py
+        measures appends without it; `reindex` adds them later)."""
+        self._search_index = search_index
         if durability not in ("full", "normal"):
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         self._conninfo, options = parse_url(url)
@@ -307,7 +310,13 @@ class PostgresStorage:
         return result
 
     def _control(self) -> Control:
-        return Control(self._pool.getconn, self._pool.putconn, self.channel, self._synchronous)
+        return Control(
+            self._pool.getconn,
+            self._pool.putconn,
+            self.channel,
+            self._synchronous,
+            self._search_index,
+        )
 
     def write_grouped(
         self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
@@ -582,8 +591,15 @@ class PostgresStorage:
         where: SearchFilter,
         below: int | None,
         size: int,
-    ) -> list[tuple[int, float]]:
-        clauses = ["i.terms @@ q", "i.tenant = %s", "i.event_id <= %s", "s.status = ANY(%s)"]
+    ) -> list[int]:
+        # The tsquery inline, not a FROM item: folded to a constant, its selectivity is known
+        # (a common word walks the primary key backwards; a rare one uses the GIN index).
+        clauses = [
+            "i.terms @@ to_tsquery('simple', %s)",
+            "i.tenant = %s",
+            "i.event_id <= %s",
+            "s.status = ANY(%s)",
+        ]
         params: list[Any] = [query.tsquery(), tenant, 2**62 if below is None else below]
         params.append(list(where.statuses))
         if where.types is not None:
@@ -595,17 +611,17 @@ class PostgresStorage:
         if where.until is not None:
             clauses.append("e.created_at < %s")
             params.append(where.until)
-        # The newest `size` matches, each scored: ranking all of a common word's matches would
-        # cost one ts_rank per event holding it (search.py).
+        # The newest `size` matches (search.py scores them): ranking all of a common word's
+        # matches would cost one ts_rank per event holding it.
         rows = self._read(
             tenant,
-            "SELECT i.event_id, ts_rank(i.terms, q) FROM to_tsquery('simple', %s) AS q,"
-            " search_index AS i JOIN events AS e ON e.event_id = i.event_id"
+            "SELECT i.event_id FROM search_index AS i"
+            " JOIN events AS e ON e.event_id = i.event_id"
             " JOIN sessions AS s ON s.session_id = i.session_id"
             f" WHERE {' AND '.join(clauses)} ORDER BY i.event_id DESC LIMIT %s",
             (*params, size),
         )
-        return [(int(row[0]), float(row[1])) for row in rows]
+        return [int(row[0]) for row in rows]
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(
@@ -667,6 +683,13 @@ class PostgresStorage:
                 " AND NOT tgisinternal AND tgenabled = 'D'",
             )
         ]
+        orphans = self._read(
+            None,
+            "SELECT count(*) FROM search_index AS i"
+            " WHERE NOT EXISTS (SELECT 1 FROM events AS e WHERE e.event_id = i.event_id)",
+        )[0][0]
+        if orphans:
+            problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
 

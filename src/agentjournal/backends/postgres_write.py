@@ -113,6 +113,7 @@ class Control:
         release: Callable[[psycopg.Connection[Any]], None],
         channel: str,
         synchronous: bool,
+        search_index: bool = True,
     ) -> None:
         self._connect = connect
         self._release = release
@@ -121,7 +122,7 @@ class Control:
         if not synchronous:
             self._begin += "; SET LOCAL synchronous_commit = off"
         self._notify = f"SELECT pg_notify({sql.Literal(channel).as_string()}, "
-        self.tx = PostgresTx()
+        self.tx = PostgresTx(search_index)
 
     def _conn(self) -> psycopg.Connection[Any]:
         conn = self.tx.conn
@@ -202,8 +203,9 @@ class Control:
 class PostgresTx:
     """`WriteTx` on the connection of the transaction in progress."""
 
-    def __init__(self) -> None:
+    def __init__(self, search_index: bool = True) -> None:
         self.conn: psycopg.Connection[Any] | None = None
+        self.search_index = search_index
         self.last_position = ""
         self.saved_position = ""
 
@@ -371,7 +373,8 @@ class PostgresTx:
                     [
                         (r.session_id, r.seq, text)
                         for r in rows
-                        if (text := indexed_text(r.event.type, r.event.payload))
+                        if self.search_index
+                        and (text := indexed_text(r.event.type, r.event.payload))
                     ]
                 ),
             ),
@@ -411,7 +414,7 @@ class PostgresTx:
                     [
                         (e.event_id, e.session_id, text)
                         for e in events
-                        if (text := indexed_text(e.type, e.payload))
+                        if self.search_index and (text := indexed_text(e.type, e.payload))
                     ]
                 ),
             ),

@@ -106,9 +106,12 @@ class SQLiteStorage:
         durability: str = "full",
         *,
         wal_limit_bytes: int | None = DEFAULT_WAL_LIMIT_BYTES,
+        search_index: bool = True,
     ) -> None:
         """`wal_limit_bytes`: past this size the writer empties the `-wal` file (see
-        `sqlite_wal`); None leaves it to SQLite's automatic checkpoints alone."""
+        `sqlite_wal`); None leaves it to SQLite's automatic checkpoints alone.
+        `search_index=False`: appends leave the search index alone (a search still brings it up
+        to date first); bench/search_bench.py measures appends with and without it."""
         if durability not in SYNCHRONOUS:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         if wal_limit_bytes is not None and wal_limit_bytes < 1:
@@ -464,6 +467,12 @@ class SQLiteStorage:
                 )
             except StorageError as exc:
                 problems.append(f"search index: {exc}")
+            orphans = self._read(
+                "SELECT count(*) FROM search_index_docsize"
+                " WHERE id NOT IN (SELECT event_id FROM events)"
+            )[0][0]
+            if orphans:
+                problems.append(f"search index: {orphans} rows of events that do not exist")
         return problems
 
     # -- search -----------------------------------------------------------------------------
@@ -503,7 +512,7 @@ class SQLiteStorage:
         where: SearchFilter,
         below: int | None,
         size: int,
-    ) -> list[tuple[int, float]]:
+    ) -> list[int]:
         self.index_pending()
         clauses = ["search_index MATCH ?", "search_index.rowid <= ?", "e.tenant = ?"]
         params: list[Any] = [query.fts5(), 2**62 if below is None else below, tenant]
@@ -518,13 +527,13 @@ class SQLiteStorage:
         if where.until is not None:
             clauses.append("e.created_at < ?")
             params.append(where.until)
-        # The newest `size` matches, scored; FTS5 walks its matches newest first and stops there,
-        # so a common word costs `size` scores, not one per event holding it.
+        # The newest `size` matches: FTS5 walks its matches newest first and stops there, so a
+        # common word costs `size` rows. No bm25(): it counts every match of each word first.
         try:
             rows = (
                 self._reader()
                 .execute(
-                    "SELECT search_index.rowid, -bm25(search_index) FROM search_index"
+                    "SELECT search_index.rowid FROM search_index"
                     " CROSS JOIN events AS e ON e.event_id = search_index.rowid"
                     " CROSS JOIN sessions AS s ON s.session_id = e.session_id"
                     f" WHERE {' AND '.join(clauses)} ORDER BY search_index.rowid DESC LIMIT ?",
@@ -540,7 +549,7 @@ class SQLiteStorage:
             raise StorageError(f"read failed: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"read failed: {exc}") from exc
-        return [(int(row[0]), float(row[1])) for row in rows]
+        return [int(row[0]) for row in rows]
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(

@@ -74,9 +74,11 @@ class Control:
         conn: sqlite3.Connection,
         wal: WalLimit | None = None,
         search: SearchIndex | None = None,
+        *,
+        appends_index: bool = True,
     ) -> None:
         self.conn = conn
-        self.tx = SQLiteTx(conn, search)
+        self.tx = SQLiteTx(conn, search, appends_index=appends_index)
         self.wal = wal
 
     def begin(self) -> None:
@@ -109,9 +111,17 @@ class SQLiteTx:
     """`WriteTx` on the writer connection. `search`: the FTS5 index, None where this SQLite has
     no FTS5."""
 
-    def __init__(self, conn: sqlite3.Connection, search: SearchIndex | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        search: SearchIndex | None = None,
+        *,
+        appends_index: bool = True,
+    ) -> None:
         self.conn = conn
         self.search = search
+        # False: appends leave the index to the next search (a benchmark's baseline).
+        self.appends_index = appends_index
 
     def _one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = self.conn.execute(sql, params).fetchone()
@@ -274,7 +284,7 @@ class SQLiteTx:
                 )
             )
         self._project(stored, {row.session_id: row.tenant for row in rows})
-        if self.search is not None and stored:
+        if self.search is not None and self.appends_index and stored:
             self.search.maybe_catch_up(self.conn, stored[-1].event_id)
         return stored
 
@@ -290,7 +300,7 @@ class SQLiteTx:
         ).fetchall()
         copied = [event_from_row(row) for row in rows]
         self._project(copied, None)
-        if self.search is not None and copied:
+        if self.search is not None and self.appends_index and copied:
             self.search.maybe_catch_up(self.conn, max(e.event_id for e in copied))
         return len(rows)
 

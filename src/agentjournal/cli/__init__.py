@@ -1,13 +1,19 @@
 """The `agentjournal` command: one module per group of commands, all thin over the library.
 
 `service` (demo, serve, keys), `sessions` (sessions, show, replay, tail, compact, purge),
-`data` (verify, backup, restore, export, import) and `bench`; `common` holds the options and the
-exit codes they share, `render` how sessions, events and tasks are printed.
+`data` (verify, backup, restore, export, import), `search` and `bench`; `common` holds the
+options and the exit codes they share, `render` how sessions, events and tasks are printed.
 """
 
 from __future__ import annotations
 
-from agentjournal.cli import bench, data, service, sessions  # noqa: F401  (they register commands)
+from agentjournal.cli import (  # noqa: F401  (they register commands)
+    bench,
+    data,
+    search,
+    service,
+    sessions,
+)
 from agentjournal.cli.app import app
 
 __all__ = ["app", "main"]

@@ -76,6 +76,7 @@ EXTRA_MODULES: Final = {
             "uvloop",
             "sse_starlette",
             "prometheus_client",
+            "httpx",
             "httpx_sse",
         }
     ),

@@ -242,8 +242,17 @@ class Demo:
             f"/v1/sessions/{CHECKOUT_SESSION}/turns",
             json={"content": PLACE_ORDER},
         ) as source:
+            deltas: list[str] = []  # the model's deltas since the last event: one line for them
             for frame in source.iter_sse():
-                self.say(f"  stream: id={frame.id} {frame.event}")
+                # ids are {turn}:{run}:{n}; the run is this server process's own token
+                turn, _, n = frame.id.split(":")
+                if frame.event.endswith("_delta"):
+                    deltas.append(n)
+                    continue
+                if deltas:
+                    self.say(f"  stream: turn {turn} frames {deltas[0]}-{deltas[-1]} model deltas")
+                    deltas = []
+                self.say(f"  stream: turn {turn} frame {n} {frame.event}")
                 if frame.event == "tool_call":
                     pid = self.server.kill()
                     break

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 from agentjournal.errors import Conflict, InvalidArgument, ModelError
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import TURN_EVENTS, Session
-
-if TYPE_CHECKING:
-    from agentjournal.runtime.model_loop import TurnControl
-    from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream
+from agentjournal.runtime.model_loop import TurnCancelled, TurnControl, close_model, stream_reply
+from agentjournal.runtime.shapes import Invocation, ModelReply, RequestedCall, Tool, TurnResult
+from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream
+from agentjournal.runtime.turn_stream import _Turn as _StreamedTurn
 
 __all__ = [
     "ERROR_PREFIX",
@@ -51,73 +51,9 @@ EventHook = Callable[[Event], None]
 DeltaHook = Callable[[Any], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    """One run of a tool. `key` is stable across retries of the same call: hand it to the API the
-    tool calls (as its idempotency key) and the tool may safely be declared idempotent."""
-
-    session_id: str
-    call_id: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.session_id}:{self.call_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A function the model may call. `function(arguments, invocation)` returns the result text
-    (anything else is sent as JSON); an exception becomes an error result."""
-
-    name: str
-    function: Callable[[dict[str, Any], Invocation], Any]
-    idempotent: bool
-    description: str = ""
-    parameters: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
-
-    def schema(self) -> dict[str, Any]:
-        """The tool as the OpenAI chat-completions `tools` list declares it."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.parameters),
-            },
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class RequestedCall:
-    call_id: str
-    name: str
-    arguments: str  # JSON text, as the model produced it
-
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    """What the model answered: text, tool calls to run, or both; and the tokens it counted."""
-
-    content: str | None = None
-    tool_calls: tuple[RequestedCall, ...] = ()
-    usage: Mapping[str, int] | None = None
-
-
 class Model(Protocol):
     def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
         """Answer an OpenAI-shape message list; raise `ModelError` when it cannot."""
-
-
-@dataclass
-class TurnResult:
-    """A finished turn: the reply the user sees and every event the turn wrote (by this call)."""
-
-    session_id: str
-    reply: str
-    events: list[Event] = field(default_factory=list)
-    created: bool = True  # False: an idempotent repeat of a finished turn, nothing ran
 
 
 class Agent:
@@ -146,6 +82,10 @@ class Agent:
         self.max_context_tokens = max_context_tokens
         # Background work this agent's process runs (`Worker` handlers, by task type).
         self.task_handlers = dict(task_handlers or {})
+
+    def close(self) -> None:
+        """Close the model's connections (a streaming client's are on the model loop)."""
+        close_model(self.model)
 
     def create_session(
         self, journal: Journal, title: str = "", *, idempotency_key: str | None = None, **kw: Any
@@ -205,9 +145,7 @@ class Agent:
         iterator raises the turn's error (`Conflict`, `ModelError`, ...) where it happened.
         `.cancel()` stops the model call and journals the text yielded so far as the reply,
         marked `"interrupted": true`. Leaving the iterator early does not stop the turn."""
-        from agentjournal.runtime.turn_stream import TurnStream, _Turn
-
-        return TurnStream(_Turn(self, journal, session_id, text, idempotency_key))
+        return TurnStream(_StreamedTurn(self, journal, session_id, text, idempotency_key))
 
     def astream_turn(
         self,
@@ -218,9 +156,7 @@ class Agent:
         idempotency_key: str | None = None,
     ) -> AsyncTurnStream:
         """`stream_turn` as an async iterator (`async for item in agent.astream_turn(...)`)."""
-        from agentjournal.runtime.turn_stream import AsyncTurnStream, _Turn
-
-        return AsyncTurnStream(_Turn(self, journal, session_id, text, idempotency_key))
+        return AsyncTurnStream(_StreamedTurn(self, journal, session_id, text, idempotency_key))
 
     def finish_turn(
         self,
@@ -280,8 +216,6 @@ class Agent:
 
     def _continue(self, turn: _Turn) -> TurnResult:
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        from agentjournal.runtime.model_loop import TurnCancelled
-
         for _ in range(self.max_steps):
             if turn.control is not None and turn.control.cancelled:
                 return turn.finish("", usage, interrupted=True)
@@ -322,8 +256,6 @@ class Agent:
         streams = hasattr(self.model, "stream")
         wanted = turn.on_delta is not None or turn.control is not None
         if streams and (wanted or not hasattr(self.model, "complete")):
-            from agentjournal.runtime.model_loop import stream_reply
-
             tools = list(self.tools.values())
             return stream_reply(self.model, messages, tools, turn.on_delta, turn.control)
         try:

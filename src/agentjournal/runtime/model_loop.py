@@ -17,10 +17,10 @@ from concurrent.futures import CancelledError as FutureCancelled
 from typing import Any
 
 from agentjournal.errors import ModelError
-from agentjournal.runtime.agent import ModelReply, Tool
+from agentjournal.runtime.shapes import ModelReply, Tool
 from agentjournal.runtime.streaming import Completed, TextDelta, ToolCallDelta
 
-__all__ = ["TurnCancelled", "TurnControl", "model_loop", "stream_reply"]
+__all__ = ["TurnCancelled", "TurnControl", "close_model", "model_loop", "stream_reply"]
 
 Delta = TextDelta | ToolCallDelta
 DeltaHook = Callable[[Delta], None]
@@ -41,6 +41,18 @@ def model_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _loop = loop
         return _loop
+
+
+def close_model(model: Any) -> None:
+    """Close the connections `model` holds: those its streaming calls opened on the model loop
+    (`aclose()`, run there), else its own (`close()`)."""
+    with _loop_lock:
+        loop = _loop if _loop is not None and not _loop.is_closed() else None
+    close = getattr(model, "aclose", None)
+    if close is not None and loop is not None:
+        asyncio.run_coroutine_threadsafe(close(), loop).result()
+    elif callable(getattr(model, "close", None)):
+        model.close()
 
 
 class TurnCancelled(Exception):

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from agentjournal.runtime.agent import ModelReply, Tool
+from agentjournal.runtime.shapes import ModelReply, Tool
 
 __all__ = ["Completed", "ModelChunk", "StreamingModel", "TextDelta", "ToolCallDelta"]
 

@@ -14,16 +14,14 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentjournal.errors import InvalidArgument
 from agentjournal.events import Event
 from agentjournal.journal import Journal
 from agentjournal.runtime.model_loop import TurnControl
+from agentjournal.runtime.shapes import TurnResult
 from agentjournal.runtime.streaming import TextDelta, ToolCallDelta
-
-if TYPE_CHECKING:
-    from agentjournal.runtime.agent import Agent, TurnResult
 
 __all__ = ["AsyncTurnStream", "TurnItem", "TurnStream"]
 
@@ -36,12 +34,26 @@ class _End:
     error: BaseException | None
 
 
+class _RunsTurns(Protocol):  # `Agent` (which imports this module)
+    def run_turn(
+        self,
+        journal: Journal,
+        session_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        on_delta: Callable[[Any], None] | None = None,
+        control: TurnControl | None = None,
+    ) -> TurnResult: ...
+
+
 class _Turn:
     """One streamed turn on its own thread, handing every item to `deliver`."""
 
     def __init__(
         self,
-        agent: Agent,
+        agent: _RunsTurns,
         journal: Journal,
         session_id: str,
         text: str,

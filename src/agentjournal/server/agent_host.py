@@ -79,6 +79,7 @@ class AgentHost:
         self._pool.shutdown(wait=True)
         for thread in self._threads:
             thread.join(grace_seconds)
+        self.agent.close()
 
     def run_turn(
         self,

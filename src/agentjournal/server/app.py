@@ -18,7 +18,7 @@ from agentjournal import inspector
 from agentjournal.aio import AsyncJournal
 from agentjournal.journal import MAX_INT, Journal
 from agentjournal.runtime import Agent
-from agentjournal.server import task_routes, turn_routes
+from agentjournal.server import search_routes, task_routes, turn_routes
 from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.body import BodyGuard
 from agentjournal.server.hot import HotAppend, append_events
@@ -380,6 +380,7 @@ def create_app(
     app.include_router(router)
     app.include_router(task_routes.router)
     app.include_router(turn_routes.router)
+    app.include_router(search_routes.router)
     app.include_router(inspector.router())
 
     @app.get("/healthz", tags=["operations"])

@@ -17,6 +17,7 @@ from agentjournal.errors import (
     JournalError,
     ModelError,
     PayloadTooLarge,
+    SearchUnavailable,
     SessionClosed,
     SessionNotFound,
     StorageError,
@@ -49,6 +50,7 @@ _STATUS: list[tuple[type[JournalError], int, str]] = [
     (SessionClosed, 409, "Session closed"),
     (Conflict, 409, "Conflict"),
     (ModelError, 502, "Model failed"),
+    (SearchUnavailable, 501, "Search unavailable"),
     (StorageError, 503, "Storage unavailable"),
 ]
 

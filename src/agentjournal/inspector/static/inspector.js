@@ -12,15 +12,18 @@ import {
   sessionPath,
   url,
 } from "./api.js";
+import { draft } from "./draft.js";
 import { describe, Fold } from "./fold.js";
 import { formatDateTime, h, keyedList } from "./dom.js";
 import { renderItem, renderTask } from "./render.js";
 import { SessionList } from "./sessions.js";
 import { followStream } from "./sse.js";
+import { startSearch } from "./search.js"; // the search box: it opens hits by the address
 import { EventWindow, itemOf, PAGE, restoreAnchor, scrollAnchor } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const TASK_PAGE = 1000;
+const TRAVEL_DELAY_MS = 100;
 
 const sessions = new SessionList(
   {
@@ -126,7 +129,9 @@ async function loadSessions(options) {
 
 function closeSession() {
   generation += 1;
+  clearTimeout(current?.travelTimer);
   current?.stream?.close();
+  draft.close();
   current = null;
   dropAnnouncement();
   // Item keys are seqs, the same in every session: another session's elements must not be reused.
@@ -152,9 +157,12 @@ async function openSession(id, at = null) {
   const window_ = new EventWindow(id);
   let session, tasks;
   try {
-    session = await api(sessionPath(id));
-    window_.last = session.last_seq;
-    await (at === null ? window_.openNewest() : window_.openAround(at));
+    // At once: the events page does not need the session's row.
+    [session] = await Promise.all([
+      api(sessionPath(id)),
+      at === null ? window_.openNewest() : window_.openAround(at),
+    ]);
+    window_.last = Math.max(window_.last, session.last_seq);
     // After the events: a task created meanwhile is then in this list or in the stream.
     tasks = await all(
       "v1/tasks",
@@ -238,7 +246,7 @@ async function jumpTo(seq) {
       showProblem(error);
     return false;
   } finally {
-    if (ticket === shown.jump) shown.loading = false;
+    shown.loading = false;
   }
   if (mine !== generation || ticket !== shown.jump) return false;
   refold();
@@ -325,6 +333,7 @@ function receive(frame) {
     window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
   const anchor = scrollAnchor($("timeline"));
   const added = current.window.push(event, nearBottom && current.following);
+  draft.seen(current.id, event);
   current.last = event.seq;
   const session = current.session;
   session.last_seq = event.seq;
@@ -436,22 +445,27 @@ function renderSession() {
   return fresh;
 }
 
-/** Shows the session as of `seq`; a point outside the loaded window loads the events around it. */
-async function travelTo(seq) {
+/** Shows the session as of `seq`; a point outside the loaded window loads the events around it
+ * (once the slider rests for TRAVEL_DELAY_MS: dragging it across a long session asks once). */
+function travelTo(seq) {
   if (!current) return;
   const shown = current;
   shown.upto = Math.max(1, Math.min(seq, shown.last));
   shown.following = shown.upto === shown.last;
+  clearTimeout(shown.travelTimer);
   if (shown.window.has(shown.upto) || (shown.following && shown.window.atEnd)) {
+    shown.jump = (shown.jump ?? 0) + 1; // a load on its way for an earlier point is stale now
     refold();
     renderSession();
     return;
   }
   renderTravel(); // the slider and its words follow at once; the timeline once loaded
-  if ((await jumpTo(shown.upto)) && current === shown) {
-    if (shown.following) scrollToBottom();
-    else showSeq(shown.upto);
-  }
+  shown.travelTimer = setTimeout(async () => {
+    if ((await jumpTo(shown.upto)) && current === shown) {
+      if (shown.following) scrollToBottom();
+      else showSeq(shown.upto);
+    }
+  }, TRAVEL_DELAY_MS);
 }
 
 /** The time-travel controls alone, while the window around the point loads. */
@@ -499,6 +513,10 @@ function route() {
     const id = decodeURIComponent(match[1]);
     const at = match[2] === undefined ? null : Math.max(1, Number(match[2]));
     if (at !== null && current?.id === id) {
+      // Positioned at the event, back at live: not a time travel to it.
+      clearTimeout(current.travelTimer);
+      current.upto = current.last;
+      current.following = true;
       jumpTo(at).then((jumped) => jumped && showSeq(at));
       return;
     }
@@ -526,6 +544,7 @@ function start() {
     event.preventDefault();
     $("main").focus();
   });
+  startSearch();
   window.addEventListener("scroll", checkEdges, { passive: true });
   window.addEventListener("hashchange", () => {
     if (location.hash.startsWith("#/") || location.hash === "") route();

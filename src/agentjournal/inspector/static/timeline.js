@@ -13,6 +13,7 @@ export class EventWindow {
     this.sessionId = sessionId;
     this.events = [];
     this.last = 0; // the session's newest seq, as far as the page knows
+    this.replaced = 0; // counts replace(): a page asked for before one is stale
   }
 
   get first() {
@@ -56,6 +57,7 @@ export class EventWindow {
   }
 
   replace(events) {
+    this.replaced += 1;
     this.events = events;
     this.last = Math.max(this.last, this.newest);
   }
@@ -63,9 +65,9 @@ export class EventWindow {
   /** Loads the page before the window, dropping the newest events beyond MAX_EVENTS. */
   async older() {
     if (this.atStart) return false;
-    const first = this.first;
+    const [first, replaced] = [this.first, this.replaced];
     const { events } = await this.page({ before: first, last: PAGE });
-    if (this.first !== first) return false; // the window moved meanwhile: this page is stale
+    if (this.replaced !== replaced) return false; // the window was replaced meanwhile: stale
     this.events = [...events, ...this.events].slice(0, MAX_EVENTS);
     return events.length > 0;
   }
@@ -74,7 +76,9 @@ export class EventWindow {
   async newer() {
     if (this.atEnd) return false;
     const newest = this.newest;
+    const replaced = this.replaced;
     const { events } = await this.page({ after: newest, limit: PAGE });
+    if (this.replaced !== replaced) return false; // the window was replaced meanwhile: stale
     // Live events may have been added meanwhile: keep each seq once.
     const fresh = events.filter((e) => e.seq > this.newest);
     if (events.length === 0) this.last = newest; // nothing after all
@@ -98,13 +102,21 @@ export class EventWindow {
   }
 }
 
-/** The first item of `list` on screen and where it is, to put it back there after a render. */
+/**
+ * The first item of `list` on screen and where it is, to put it back there after a render.
+ * Preferably not an assistant turn or a lone tool result: when older events load, those near the
+ * window's start may merge into a turn that starts earlier, where the other items stay as built.
+ */
 export function scrollAnchor(list) {
-  for (const item of list.children) {
+  const items = [...list.children];
+  const onScreen = items.filter((item) => {
     const { top, bottom } = item.getBoundingClientRect();
-    if (bottom > 0) return { item, seq: Number(item.dataset.seq), top };
-  }
-  return null;
+    return bottom > 0 && top < window.innerHeight;
+  });
+  const MERGING = ["assistant_turn", "tool_result"];
+  const stable = onScreen.find((li) => li !== items[0] && !MERGING.includes(li.dataset.type));
+  const item = stable ?? onScreen.find((li) => li !== items[0]) ?? onScreen[0];
+  return item ? { item, seq: Number(item.dataset.seq), top: item.getBoundingClientRect().top } : null;
 }
 
 /**

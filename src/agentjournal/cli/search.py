@@ -1,0 +1,91 @@
+"""`search`: full-text search across sessions, and `search --rebuild` for the index."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+from rich.text import Text
+
+from agentjournal.cli.app import app
+from agentjournal.cli.common import (
+    EXIT_PROBLEMS,
+    DbOption,
+    JsonOption,
+    TenantOption,
+    console,
+    fail,
+    local_time,
+    opened,
+    print_json,
+)
+from agentjournal.search import SearchHit
+
+__all__: list[str] = []
+
+
+@app.command()
+def search(
+    query: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="QUERY", help="Words to find (punctuation separates words).", show_default=False
+        ),
+    ] = None,
+    status: Annotated[
+        Literal["active", "archived", "deleted", "all"] | None,
+        typer.Option(help="Sessions of this status (default: active and archived)."),
+    ] = None,
+    type: Annotated[
+        list[str] | None, typer.Option("--type", help="Only events of this type (repeatable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100, help="Show at most this many.")] = 20,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            help="Rebuild the search index of the whole database from the journal (a database"
+            " from before search, or one whose verify reports index differences)."
+        ),
+    ] = False,
+    db: DbOption = "agent.db",
+    tenant: TenantOption = "default",
+    as_json: JsonOption = False,
+) -> None:
+    """Find events whose text holds every word of QUERY, in every session of the tenant, best
+    first; exit 1 if none matched.
+
+    --json prints one object: {"hits": [...], "next_cursor": ...}.
+
+    Example: agentjournal search --db agent.db "order 1234" --type tool_result
+    """
+    with opened(db, tenant) as journal:
+        if rebuild:
+            count = journal.reindex_search()
+            if query is None:
+                typer.echo(f"search index rebuilt from {count} events")
+                return
+        if query is None:
+            fail("give a QUERY to search for (or --rebuild)")
+        page = journal.search(query, session_status=status, types=type, limit=limit)
+    if as_json:
+        print_json({"hits": [hit.to_dict() for hit in page.hits], "next_cursor": page.next_cursor})
+    elif page.hits:
+        _print_hits(page.hits)
+    else:
+        typer.echo("no events matched", err=True)
+    if not page.hits:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _print_hits(hits: list[SearchHit]) -> None:
+    """Two lines a hit: where it is, then its snippet with the words marked (a snippet wraps;
+    a table would cut it on a narrow terminal)."""
+    for hit in hits:
+        title = f"{hit.session_title} " if hit.session_title else ""
+        head = Text(f"{title}({hit.session_id}) #{hit.seq} · {hit.type} · ", style="bold")
+        head.append(local_time(hit.created_at), style="dim")
+        snippet = Text("  " + hit.snippet)
+        for start, end in hit.highlights:
+            snippet.stylize("bold reverse", start + 2, end + 2)
+        console.print(head)
+        console.print(snippet)
