@@ -148,7 +148,13 @@ async def _answers(asgi: ASGIApp, key: str) -> list[tuple[str, int, dict[str, st
         for name, method, path, body, headers, keyed in REQUESTS:
             sent = {"authorization": f"Bearer {key}", **headers} if keyed else headers
             response = await http.request(method, path, content=body, headers=sent)
-            kept = {k: v for k, v in response.headers.items() if k not in ("date",)}
+            kept = {k: v for k, v in response.headers.items() if k != "date"}
+            if "retry-after" in kept:
+                # The token bucket's wait: whole seconds until the next token, counted from now,
+                # so it depends on when the request came (round(1/rate - seconds since the last
+                # refill)): a positive integer in both, not the same one.
+                assert int(kept["retry-after"]) >= 1
+                kept["retry-after"] = "…"
             content = response.json() if response.content else None
             answers.append((name, response.status_code, kept, _normal(content)))
         metrics = (await http.get("/metrics")).text
