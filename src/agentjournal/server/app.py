@@ -54,6 +54,7 @@ from agentjournal.server.routing import (
     service_of,
 )
 from agentjournal.server.service import Limits, Metrics, Service
+from agentjournal.server.service_app import ServiceApp
 from agentjournal.server.streams import feed_stream, session_stream
 
 __all__ = ["create_app"]
@@ -368,7 +369,7 @@ def create_app(
             await asyncio.to_thread(host.stop)
         await service.journal.close()
 
-    app = FastAPI(
+    app = ServiceApp(  # FastAPI, with appends answered before its per-request layers
         title="agentjournal",
         version="1",
         summary="Durable memory for AI agents: sessions, events, replay and live streams.",

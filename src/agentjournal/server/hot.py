@@ -12,17 +12,18 @@ refuse, an empty body — goes on to FastAPI unchanged, so every error reads as 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentjournal.errors import JournalError
 from agentjournal.server.body import PARSED_BODY
-from agentjournal.server.models import AppendBatch, AppendOne
+from agentjournal.server.models import AppendBatch, AppendOne, EventIn
 from agentjournal.server.problems import (
     Problem,
     journal_error_response,
@@ -30,12 +31,26 @@ from agentjournal.server.problems import (
 )
 from agentjournal.server.service import Service
 
-__all__ = ["HotAppend", "append_events"]
+__all__ = ["HOT_PATH", "HotAppend", "append_events", "hot_response"]
 
 # As Starlette compiles the route's "/v1/sessions/{session_id}/events".
-_PATH = re.compile(r"/v1/sessions/([^/]+)/events")
+HOT_PATH = re.compile(r"/v1/sessions/([^/]+)/events")
 _BODY: TypeAdapter[AppendOne | AppendBatch] = TypeAdapter(AppendOne | AppendBatch)
 _MISSING = object()
+
+
+# JSONResponse's own encoding (starlette.responses.JSONResponse.render), with the encoder made
+# once: `json.dumps` with these options builds a new encoder on every call.
+_RESPONSE_JSON = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+)
+
+
+class _AppendedResponse(JSONResponse):
+    """A JSONResponse, byte for byte, rendered by the encoder made once."""
+
+    def render(self, content: Any) -> bytes:
+        return _RESPONSE_JSON.encode(content).encode("utf-8")
 
 
 async def append_events(
@@ -44,10 +59,11 @@ async def append_events(
     """Append one event or a batch for the tenant: 201, or 200 with the original on an
     idempotent repeat. The route and the hot path both answer with this."""
     started = time.perf_counter()
+    # The fields of EventIn, as model_dump() gives them (the payload is the validated copy).
     if isinstance(body, AppendBatch):
-        batch = [event.model_dump() for event in body.events]
+        batch = [_event_fields(event) for event in body.events]
     else:
-        batch = [body.model_dump(exclude={"expected_seq"})]
+        batch = [_event_fields(body)]
     events, created = await service.journal_for(tenant).append_many_ex(
         session_id, batch, expected_seq=body.expected_seq
     )
@@ -58,7 +74,46 @@ async def append_events(
     out: list[dict[str, Any]] = [event.to_dict() for event in events]
     rendered: dict[str, Any] | list[dict[str, Any]]
     rendered = {"events": out} if isinstance(body, AppendBatch) else out[0]
-    return JSONResponse(rendered, status_code=201 if created else 200)
+    return _AppendedResponse(rendered, status_code=201 if created else 200)
+
+
+def _event_fields(event: EventIn) -> dict[str, Any]:
+    return {"type": event.type, "payload": event.payload, "idempotency_key": event.idempotency_key}
+
+
+async def hot_response(service: Service, scope: Scope) -> Response | None:
+    """The answer to a well-formed append (`BodyGuard` has left its parsed body in the scope),
+    with the route's own steps; None for anything else, which FastAPI answers."""
+    parsed = scope.get(PARSED_BODY, _MISSING)
+    match = (
+        HOT_PATH.fullmatch(scope["path"])
+        if scope["type"] == "http"
+        and scope["method"] == "POST"
+        and parsed is not _MISSING
+        and not scope.get("root_path")
+        else None
+    )
+    if match is None:
+        return None
+    try:
+        body = _BODY.validate_python(parsed)
+    except ValidationError:
+        return None  # FastAPI words the 422 (after the key check)
+    authorization = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+            break
+    try:
+        # As the route's Tenant dependency: who the caller is, then their rate limit.
+        peer = scope.get("client")
+        tenant, key_id = service.caller(authorization, peer and peer[0])
+        service.admit(key_id)
+        return await append_events(service, tenant, match.group(1), body)
+    except Problem as exc:
+        return raised_problem_response(exc)
+    except JournalError as exc:
+        return journal_error_response(exc, scope["method"], scope["path"])
 
 
 class HotAppend:
@@ -69,36 +124,8 @@ class HotAppend:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = scope.get(PARSED_BODY, _MISSING)
-        match = (
-            _PATH.fullmatch(scope["path"])
-            if scope["type"] == "http"
-            and scope["method"] == "POST"
-            and parsed is not _MISSING
-            and not scope.get("root_path")
-            else None
-        )
-        if match is None:
+        response = await hot_response(self.service, scope)
+        if response is None:
             await self.app(scope, receive, send)
             return
-        try:
-            body = _BODY.validate_python(parsed)
-        except ValidationError:
-            await self.app(scope, receive, send)  # FastAPI words the 422 (after the key check)
-            return
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
-        try:
-            # As the route's Tenant dependency: who the caller is, then their rate limit.
-            peer = scope.get("client")
-            tenant, key_id = self.service.caller(authorization, peer and peer[0])
-            self.service.admit(key_id)
-            response = await append_events(self.service, tenant, match.group(1), body)
-        except Problem as exc:
-            response = raised_problem_response(exc)
-        except JournalError as exc:
-            response = journal_error_response(exc, scope["method"], scope["path"])
         await response(scope, receive, send)
