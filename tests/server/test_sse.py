@@ -11,8 +11,11 @@ from contextlib import ExitStack
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from httpx_sse import ServerSentEvent, connect_sse
+
+from postgres_fixtures import ADMIN_URL, fresh_schema, require_postgres, url_for
 
 Running = Any  # conftest's RunningServer (fixtures only; nothing is imported from conftest)
 TIMEOUT = httpx.Timeout(10.0)  # every read of a stream fails the test after 10 s of silence
@@ -453,3 +456,27 @@ def _no_thread_left() -> Iterator[None]:
     for thread in left:
         thread.join(timeout=10)
     assert not [t for t in left if t.is_alive()], "a test left a thread running"
+
+
+def test_a_feed_that_ends_waits_for_what_an_older_transaction_holds_back(
+    start_server: Callable[..., Running],
+) -> None:
+    """On PostgreSQL the feed shows an event only once every older transaction in the cluster has
+    ended. `follow=false` promises the events committed before the request, so it waits for
+    them instead of ending short (other jobs on the same cluster once made a test see half)."""
+    require_postgres()
+    with fresh_schema("held") as schema:
+        running = start_server(db_path=url_for(schema))
+        with http(running) as client, psycopg.connect(ADMIN_URL) as other:
+            session_id = new_session(client, title="held back")
+            other.execute("SELECT pg_current_xact_id()")  # an id, and the transaction stays open
+            sent = [append(client, session_id, content=str(n))["seq"] for n in range(3)]
+            ender = threading.Timer(0.5, other.commit)
+            ender.start()
+            try:
+                feed = data_frames(frames(client, "/v1/events/stream", follow="false"))
+            finally:
+                ender.join()
+            running.stop()
+    got = [json.loads(frame.data) for frame in feed]
+    assert [(e["session_id"], e["seq"]) for e in got] == [(session_id, s) for s in [1, *sent]]

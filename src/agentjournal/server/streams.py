@@ -11,6 +11,7 @@ position strings themselves and compares only the keys `Journal.position_key` gi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -25,6 +26,9 @@ from agentjournal.server.service import Service
 __all__ = ["feed_stream", "session_stream"]
 
 _PAGE = 1000
+# How long a `follow=false` feed waits for an event the feed still holds back (PostgreSQL shows
+# an event only once every older transaction has ended) before it ends without it.
+HELD_BACK_SECONDS = 30.0
 
 Cursor = TypeVar("Cursor")
 
@@ -139,6 +143,27 @@ def feed_stream(
     async def read_page(cursor: str | None) -> list[Event]:
         return await journal.events_all(after=cursor, limit=_PAGE)
 
+    head_key: int | None = None  # the feed's head when the backlog started
+
+    async def read_committed(cursor: str | None) -> list[Event]:
+        # A backlog that ends holds every event committed before the request, also those the
+        # feed still holds back behind an older transaction: read up to that head, waiting.
+        nonlocal head_key
+        if head_key is None:
+            head = await journal.feed_head(after=after)
+            if head is None:
+                return []
+            head_key = key_of(head)
+        waited, pause = 0.0, 0.01
+        while cursor is None or key_of(cursor) < head_key:
+            if page := await read_page(cursor):
+                return [event for event in page if key_of(event.position) <= head_key]
+            if waited >= HELD_BACK_SECONDS or await journal.feed_head(after=cursor) is None:
+                break  # held back too long, or the rest was purged meanwhile
+            await asyncio.sleep(pause)
+            waited, pause = waited + pause, min(pause * 2, 0.5)
+        return []
+
     def subscribe(cursor: str | None) -> AsyncIterator[Event]:
         return journal.subscribe_all(after=cursor)
 
@@ -150,7 +175,7 @@ def feed_stream(
     frames = _stream(
         service,
         key_id,
-        read_page,
+        read_page if follow else read_committed,
         subscribe if follow else None,
         ("feed", tenant),
         by_position,
