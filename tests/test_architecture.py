@@ -135,7 +135,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "runtime.models": {"errors", "runtime.agent", "runtime.openai_model", "runtime.streaming"},
     "runtime.streaming": {"runtime.shapes"},
-    "runtime.sdk_clients": {"errors"},
+    "runtime.sdk_clients": {"errors", "runtime.shapes", "runtime.streaming"},
     "runtime.openai_model": {"errors", "runtime.agent", "runtime.sdk_clients", "runtime.streaming"},
     "runtime.anthropic_model": {
         "errors",

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.replay import anthropic_messages
 from agentjournal.runtime.agent import ERROR_PREFIX, ModelReply, RequestedCall, Tool
-from agentjournal.runtime.sdk_clients import PerLoop, import_sdk, model_error
-from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
-
-if TYPE_CHECKING:
-    import anthropic
+from agentjournal.runtime.sdk_clients import ClientModel, import_sdk
+from agentjournal.runtime.streaming import ModelChunk, TextDelta, ToolCallDelta
 
 __all__ = ["AnthropicModel"]
 
 
-class AnthropicModel:
+class AnthropicModel(ClientModel):
     """Anthropic's messages API with the context and the tools' schemas, streamed.
 
     Defaults come from the environment: `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL` (else
@@ -33,6 +30,9 @@ class AnthropicModel:
     bounds each answer (Anthropic requires one). Timeouts, retries and failures behave as in
     `OpenAIChatModel`: what cannot be retried is a `ModelError`, which leaves the turn resumable.
     """
+
+    SYNC_CLIENT = "Anthropic"
+    ASYNC_CLIENT = "AsyncAnthropic"
 
     def __init__(
         self,
@@ -63,34 +63,13 @@ class AnthropicModel:
         self.base_url = self.base_url.rstrip("/")
         self.max_tokens = max_tokens
         self.timeout = timeout
-        self._anthropic = import_sdk("anthropic", "AnthropicModel")
-        self._client_options: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": key,
-            "timeout": timeout,
-            "max_retries": retries,
-        }
-        self._sync: anthropic.Anthropic | None = None
-        self._async: PerLoop[anthropic.AsyncAnthropic] = PerLoop(
-            lambda: self._anthropic.AsyncAnthropic(**self._client_options)
-        )
+        options = {"base_url": self.base_url, "api_key": key}
+        sdk = import_sdk("anthropic", "AnthropicModel")
+        self._connect(sdk, {**options, "timeout": timeout, "max_retries": retries})
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/v1/messages"
-
-    def close(self) -> None:
-        """Close the sync client's connections (async ones: `aclose()` on their loop)."""
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
-
-    async def aclose(self) -> None:
-        """Close the connections this event loop's client holds, and the sync client's."""
-        client = self._async.pop()
-        if client is not None:
-            await client.close()
-        self.close()
 
     def _request(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> dict[str, Any]:
         marked = [
@@ -119,45 +98,11 @@ class AnthropicModel:
             ]
         return request
 
-    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
-        if self._sync is None:
-            self._sync = self._anthropic.Anthropic(**self._client_options)
-        assembler = _Assembler(self.url)
-        request = self._request(messages, tools)
-        try:
-            with self._sync.messages.create(**request) as events:
-                for event in events:
-                    assembler.feed(event)
-        except self._anthropic.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise assembler.not_an_event(exc) from exc
-        return assembler.reply()
+    def _open(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.create(**request)
 
-    async def stream(
-        self, messages: list[dict[str, Any]], tools: Sequence[Tool]
-    ) -> AsyncIterator[ModelChunk]:
-        client = self._async.get()
-        assembler = _Assembler(self.url)
-        request = self._request(messages, tools)
-        try:
-            events = await client.messages.create(**request)
-        except self._anthropic.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        try:
-            async for event in events:
-                for piece in assembler.feed(event):
-                    yield piece
-        except self._anthropic.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise assembler.not_an_event(exc) from exc
-        finally:
-            await events.close()  # also on aclose() or cancellation: hangs up on the server
-        yield Completed(assembler.reply())
-
-    def _model_error(self, exc: Exception, assembler: _Assembler) -> ModelError:
-        return model_error(self._anthropic, exc, self.url, assembler.events, self.timeout)
+    def _assembler(self) -> _Assembler:
+        return _Assembler(self.url)
 
 
 class _Assembler:
@@ -165,18 +110,18 @@ class _Assembler:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.events = 0
+        self.received = 0
         self.text: list[str] = []
         self.calls: dict[int, list[Any]] = {}  # block index -> [id, name, fragments, input]
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.finished = False
 
-    def not_an_event(self, exc: Exception) -> ModelError:
+    def not_understood(self, exc: Exception) -> ModelError:
         return ModelError(f"{self.url} sent an event that is not a message stream event: {exc}")
 
     def feed(self, event: Any) -> list[ModelChunk]:
-        self.events += 1
+        self.received += 1
         kind = event.type
         if kind == "message_start":
             self._count(event.message.usage)
@@ -224,7 +169,7 @@ class _Assembler:
         if not self.finished:
             raise ModelError(
                 f"{self.url} ended the stream before finishing the reply"
-                f" ({self.events} events, no message_stop)"
+                f" ({self.received} events, no message_stop)"
             )
         calls = tuple(
             RequestedCall(str(call_id), str(name), "".join(fragments) or first or "{}")

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.runtime.agent import ModelReply, RequestedCall, Tool
-from agentjournal.runtime.sdk_clients import PerLoop, import_sdk, model_error
-from agentjournal.runtime.streaming import Completed, ModelChunk, TextDelta, ToolCallDelta
-
-if TYPE_CHECKING:
-    import openai
+from agentjournal.runtime.sdk_clients import ClientModel, import_sdk
+from agentjournal.runtime.streaming import ModelChunk, TextDelta, ToolCallDelta
 
 __all__ = ["OpenAIChatModel"]
 
@@ -30,7 +27,7 @@ __all__ = ["OpenAIChatModel"]
 _NO_KEY = "no-key-configured"
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(ClientModel):
     """Chat completions with the context and the tools' schemas, streamed.
 
     Defaults come from the environment: `OPENAI_BASE_URL` (else https://api.openai.com/v1),
@@ -40,6 +37,9 @@ class OpenAIChatModel:
     Anything else — a refusal, a stream that breaks off or reports an error, a reply that is not a
     chat completion — is a `ModelError`, which leaves the turn resumable.
     """
+
+    SYNC_CLIENT = "OpenAI"
+    ASYNC_CLIENT = "AsyncOpenAI"
 
     def __init__(
         self,
@@ -63,36 +63,15 @@ class OpenAIChatModel:
         self.base_url = base_url or env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.base_url = self.base_url.rstrip("/")
         key = api_key if api_key is not None else env.get("OPENAI_API_KEY", "")
-        self._openai = import_sdk("openai", "OpenAIChatModel")
-        self._client_options: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": key or _NO_KEY,
-            "timeout": timeout,
-            "max_retries": retries,
-        }
-        self._headers: dict[str, Any] = {} if key else {"Authorization": self._openai.Omit()}
+        sdk = import_sdk("openai", "OpenAIChatModel")
+        self._headers: dict[str, Any] = {} if key else {"Authorization": sdk.Omit()}
         self.timeout = timeout
-        self._sync: openai.OpenAI | None = None
-        self._async: PerLoop[openai.AsyncOpenAI] = PerLoop(
-            lambda: self._openai.AsyncOpenAI(**self._client_options)
-        )
+        options = {"base_url": self.base_url, "api_key": key or _NO_KEY}
+        self._connect(sdk, {**options, "timeout": timeout, "max_retries": retries})
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
-
-    def close(self) -> None:
-        """Close the sync client's connections (async ones: `aclose()` on their loop)."""
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
-
-    async def aclose(self) -> None:
-        """Close the connections this event loop's client holds, and the sync client's."""
-        client = self._async.pop()
-        if client is not None:
-            await client.close()
-        self.close()
 
     def _request(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -106,45 +85,11 @@ class OpenAIChatModel:
             request["tools"] = [tool.schema() for tool in tools]
         return request
 
-    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
-        if self._sync is None:
-            self._sync = self._openai.OpenAI(**self._client_options)
-        assembler = _Assembler(self.url)
-        try:
-            with self._sync.chat.completions.create(**self._request(messages, tools)) as chunks:
-                for chunk in chunks:
-                    assembler.feed(chunk)
-        except self._openai.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise assembler.not_a_chunk(exc) from exc
-        return assembler.reply()
+    def _open(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**request)
 
-    async def stream(
-        self, messages: list[dict[str, Any]], tools: Sequence[Tool]
-    ) -> AsyncIterator[ModelChunk]:
-        client = self._async.get()
-        assembler = _Assembler(self.url)
-        try:
-            chunks = await client.chat.completions.create(**self._request(messages, tools))
-        except self._openai.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        try:
-            async for chunk in chunks:
-                for piece in assembler.feed(chunk):
-                    yield piece
-        except self._openai.APIError as exc:
-            raise self._model_error(exc, assembler) from exc
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise assembler.not_a_chunk(exc) from exc
-        finally:
-            # Also on aclose() or cancellation: closing the response hangs up on the server,
-            # which stops generating.
-            await chunks.close()
-        yield Completed(assembler.reply())
-
-    def _model_error(self, exc: Exception, assembler: _Assembler) -> ModelError:
-        return model_error(self._openai, exc, self.url, assembler.chunks, self.timeout)
+    def _assembler(self) -> _Assembler:
+        return _Assembler(self.url)
 
 
 class _Assembler:
@@ -152,17 +97,17 @@ class _Assembler:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.chunks = 0
+        self.received = 0
         self.text: list[str] = []
         self.calls: dict[int, list[Any]] = {}  # index -> [call id, name, argument fragments]
         self.finished = False
         self.usage: dict[str, int] | None = None
 
-    def not_a_chunk(self, exc: Exception) -> ModelError:
+    def not_understood(self, exc: Exception) -> ModelError:
         return ModelError(f"{self.url} sent a chunk that is not a chat completion chunk: {exc}")
 
     def feed(self, chunk: Any) -> list[ModelChunk]:
-        self.chunks += 1
+        self.received += 1
         out: list[ModelChunk] = []
         usage = getattr(chunk, "usage", None)
         if usage is not None:
@@ -209,7 +154,7 @@ class _Assembler:
         if not self.finished:
             raise ModelError(
                 f"{self.url} ended the stream before finishing the reply"
-                f" ({self.chunks} chunks, no finish_reason)"
+                f" ({self.received} chunks, no finish_reason)"
             )
         calls = []
         for index in sorted(self.calls):
