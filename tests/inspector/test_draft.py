@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,5 +67,36 @@ def test_the_reply_being_written_shows_live_and_gives_way_to_the_journaled_one(
         turn.join()
         assert answered[0].status_code == 201
         # The journaled reply is in the timeline; the draft is gone.
+        expect(page.locator("#timeline")).to_contain_text(GREETING[:5])
+        expect(page.locator("#draft")).to_be_hidden()
+
+
+def test_a_turn_running_when_the_session_opens_shows_its_reply_so_far(
+    browsing_factory: BrowsingFactory, agent_server: RunningServer
+) -> None:
+    inspector: Browsing = browsing_factory(agent_server)
+    with httpx.Client(base_url=agent_server.base_url, timeout=10.0) as http:
+        body = {"title": "running", "metadata": {"agent": "demo"}}
+        session_id = http.post("/v1/sessions", json=body).json()["session_id"]
+        answered: list[Any] = []
+        turn = threading.Thread(
+            target=lambda: answered.append(
+                http.post(f"/v1/sessions/{session_id}/turns", json={"content": "你好"})
+            )
+        )
+        turn.start()
+        # The page opens after the turn started (its user_message is journaled, the model
+        # stalls after five characters): the draft starts from the turn's first frame.
+        for _ in range(200):  # bounded: until the turn's user_message is journaled
+            if http.get(f"/v1/sessions/{session_id}").json()["turn_open"]:
+                break
+            time.sleep(0.05)
+        page = inspector.open(session_id)
+        draft = page.get_by_role("status", name="The reply being written")
+        expect(draft).to_have_text(GREETING[:5])
+        cancelled = http.post(f"/v1/sessions/{session_id}/turns/2/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        turn.join()
+        assert answered[0].status_code == 201
         expect(page.locator("#timeline")).to_contain_text(GREETING[:5])
         expect(page.locator("#draft")).to_be_hidden()

@@ -1,5 +1,5 @@
-// The reply being written. When the open session gets a user_message and the server streams
-// that turn (GET …/turns/{seq}/stream; 404 when it does not), the model's text shows live below
+// The reply being written. When the open session gets a user_message (or opens while a turn
+// runs) and the server streams that turn (GET …/turns/{seq}/stream; 404 when it does not), the model's text shows live below
 // the timeline, and gives way to the journaled assistant_message once the session's own stream
 // brings it. The draft is never journaled: it is what the model has said so far.
 
@@ -25,6 +25,14 @@ export class Draft {
       this.journaled = Math.max(this.journaled, event.seq);
       this.render();
     }
+  }
+
+  /** The session was opened on `events`, its newest: a turn that is still running (its
+   * user_message is the last one, with no reply after it) is followed from its start. */
+  opened(sessionId, turnOpen, events) {
+    if (!turnOpen) return;
+    const turn = events.findLast((e) => e.type === "user_message");
+    if (turn) this.follow(sessionId, turn.seq);
   }
 
   /** The session was closed: stop following and show nothing. */

@@ -214,6 +214,7 @@ async function openSession(id, at = null) {
     onState: (state, detail) => mine === generation && showLiveState(state, detail),
     onUnauthorized: notifyUnauthorized,
   });
+  if (at === null) draft.opened(id, session.turn_open, window_.events);
   checkEdges();
 }
 
