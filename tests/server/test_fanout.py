@@ -129,6 +129,10 @@ class LetteredPositions:
         page = self.inner.events_all(tenant, self.number(after), limit)
         return [event._replace(position=f"p{event.event_id:x}") for event in page]
 
+    def feed_head(self, tenant: str, after: str | None) -> str | None:
+        head = self.inner.feed_head(tenant, self.number(after))
+        return None if head is None else f"p{int(head):x}"
+
     def position_key(self, position: str) -> int:
         return int(self.number(position) or 0)
 
