@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
@@ -38,6 +40,12 @@ from agentjournal.backends.postgres_rows import (
     encode_position,
     event_from_row,
     session_from_row,
+)
+from agentjournal.backends.postgres_search import (
+    ANALYZED_SQL,
+    ESTIMATE_SQL,
+    choose_plan,
+    match_fraction,
 )
 from agentjournal.backends.postgres_write import CommitUnknown, Control, PostgresTx
 from agentjournal.backends.projection_rows import task_from_row
@@ -108,6 +116,10 @@ class PostgresStorage:
         self.pooled = options.get("pooler") == "transaction"
         self._closed = False
         self._scopes: dict[int, str] = {}  # id(connection) -> the tenant scope it has set
+        # Whether the search index has statistics (once it has, it keeps them), and when that
+        # was last asked (postgres_search.py).
+        self._search_analyzed = False
+        self._search_analyzed_checked = -math.inf
         kwargs: dict[str, Any] = {"autocommit": True}
         if self.pooled:
             kwargs["prepare_threshold"] = None  # a pooler may hand each statement elsewhere
@@ -592,27 +604,33 @@ class PostgresStorage:
         below: int | None,
         size: int,
     ) -> list[int]:
-        # Two plans, chosen here rather than by the planner, whose estimate of a word's
-        # frequency can be off by orders of magnitude (a fresh table has no statistics; a
-        # nested loop over sessions then took 110 s at a million events). A common word is
-        # found among the newest rows of the index; a rarer one through the GIN index.
+        # Two plans, chosen here rather than by the planner, whose joins on a word's estimated
+        # frequency went wrong by orders of magnitude (a fresh table has no statistics; a nested
+        # loop over sessions then took 110 s at a million events). The estimate only picks
+        # between two bounded ways (postgres_search.py): a common word is found among the newest
+        # rows of the index, a rarer one through the GIN index.
         filters, params = _search_filters(where)
         tsquery = query.tsquery()
         top = 2**62 if below is None else below
-        recent = self._read(
-            tenant,
-            # No tenant condition inside: with one, a planner without statistics took the
-            # tenant for rare and sorted the whole index instead of walking its primary key.
-            "WITH recent AS MATERIALIZED (SELECT event_id, tenant, session_id, terms"
-            " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC LIMIT %s)"
-            " SELECT r.event_id FROM recent AS r JOIN events AS e ON e.event_id = r.event_id"
-            " JOIN sessions AS s ON s.session_id = r.session_id"
-            f" WHERE r.tenant = %s AND r.terms @@ to_tsquery('simple', %s){filters}"
-            " ORDER BY r.event_id DESC LIMIT %s",
-            (top, _RECENT_ROWS, tenant, tsquery, *params, size),
-        )
-        if len(recent) >= size:
-            return [int(row[0]) for row in recent]
+        plan = choose_plan(self._match_fraction(tenant, tsquery), size)
+        log.debug("search %s: %s (walk %d rows)", tsquery, plan.why, plan.walk)
+        if plan.walk:
+            recent = self._read(
+                tenant,
+                # No tenant condition inside: with one, a planner without statistics took the
+                # tenant for rare and sorted the whole index instead of walking its primary key.
+                "WITH recent AS MATERIALIZED (SELECT event_id, tenant, session_id, terms"
+                " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC LIMIT %s)"
+                " SELECT r.event_id FROM recent AS r JOIN events AS e ON e.event_id = r.event_id"
+                " JOIN sessions AS s ON s.session_id = r.session_id"
+                f" WHERE r.tenant = %s AND r.terms @@ to_tsquery('simple', %s){filters}"
+                " ORDER BY r.event_id DESC LIMIT %s",
+                (top, plan.walk, tenant, tsquery, *params, size),
+            )
+            # The newest `size` matches among the newest rows are the newest of all matches.
+            if len(recent) >= size:
+                return [int(row[0]) for row in recent]
+            log.debug("search %s: the walk found %d of %d, GIN", tsquery, len(recent), size)
         rows = self._read(
             tenant,
             "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
@@ -623,6 +641,20 @@ class PostgresStorage:
             (tsquery, tenant, top, *params, size),
         )
         return [int(row[0]) for row in rows]
+
+    def _match_fraction(self, tenant: str, tsquery: str) -> float | None:
+        """The share of index rows `tsquery` matches by the planner's statistics; None while
+        the index has never been analyzed (checked again every `_ANALYZED_RECHECK_S`)."""
+        if not self._search_analyzed:
+            now = time.monotonic()
+            if now - self._search_analyzed_checked < _ANALYZED_RECHECK_S:
+                return None
+            self._search_analyzed_checked = now
+            rows = self._read(None, ANALYZED_SQL)
+            self._search_analyzed = bool(rows and rows[0][0])
+            if not self._search_analyzed:
+                return None
+        return match_fraction(self._read(tenant, ESTIMATE_SQL, (tsquery,))[0][0])
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(
@@ -694,9 +726,8 @@ class PostgresStorage:
         return problems
 
 
-# Index rows a search reads newest first before it asks the GIN index instead: a word in more
-# than size / _RECENT_ROWS of the events (5 % for a window of 1,000) is found among them.
-_RECENT_ROWS: Final = 20_000
+# How often a search asks again whether the index has been analyzed, while it has not.
+_ANALYZED_RECHECK_S: Final = 10.0
 
 
 def _search_filters(where: SearchFilter) -> tuple[str, list[Any]]:

@@ -1,0 +1,89 @@
+"""PostgreSQL only: a search picks its way (walk the newest index rows, or the GIN index) from
+the planner's statistics, and finds the same hits whichever way it goes."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agentjournal import Journal, NewEvent
+from agentjournal.backends.postgres import PostgresStorage
+from agentjournal.backends.postgres_search import RECENT_ROWS, choose_plan
+from agentjournal.search import WINDOW
+from postgres_fixtures import HOST, ROLE, fresh_schema, url_for
+
+EVENTS = 3 * WINDOW  # more than a walk of a word in every event reads (2 × the window)
+RARE_AT = 100  # the one event with the rare word: far older than any walk of the common one
+
+
+@pytest.fixture
+def journal() -> Iterator[tuple[Journal, str]]:
+    with (
+        fresh_schema("pgsearch") as schema,
+        Journal(PostgresStorage(url_for(schema), "normal")) as journal,
+    ):
+        sid = journal.create_session("plans").session_id
+        texts = [f"everywhere {'walrus ' if n == RARE_AT else ''}#{n}" for n in range(EVENTS)]
+        for start in range(0, EVENTS, 500):
+            batch = texts[start : start + 500]
+            journal.append_many(sid, [NewEvent("user_message", {"content": t}) for t in batch])
+        yield journal, schema
+
+
+def analyze(schema: str) -> None:
+    # As the journal's own role: the owner of its tables, as an application would be.
+    with psycopg.connect(f"postgresql://{ROLE}@{HOST}", autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute("ANALYZE search_index")
+
+
+def searched(journal: Journal, query: str) -> list[int]:
+    return [hit.seq for hit in journal.search(query, limit=20).hits]
+
+
+def plans(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "agentjournal.postgres"]
+
+
+def test_after_analyze_a_word_in_every_event_walks_and_a_word_in_one_goes_to_gin(
+    journal: tuple[Journal, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    j, schema = journal
+    analyze(schema)
+    caplog.set_level(logging.DEBUG, logger="agentjournal.postgres")
+    # seq 1 is the session's creation; the message numbered n is seq n + 2.
+    assert searched(j, "everywhere") == list(range(EVENTS + 1, EVENTS - 19, -1))
+    (common,) = plans(caplog)
+    walked = re.search(r"estimated 100.0% of rows: walk \(walk (\d+) rows\)", common)
+    assert walked
+    assert 2 * WINDOW <= int(walked[1]) < EVENTS  # a walk sized to the window
+    caplog.clear()
+    assert searched(j, "walrus") == [RARE_AT + 2]
+    (rare,) = plans(caplog)
+    assert ": GIN (walk 0 rows)" in rare
+
+
+def test_without_statistics_a_search_walks_a_fixed_number_of_rows_then_asks_gin(
+    journal: tuple[Journal, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    j, _ = journal
+    caplog.set_level(logging.DEBUG, logger="agentjournal.postgres")
+    assert searched(j, "everywhere") == list(range(EVENTS + 1, EVENTS - 19, -1))
+    assert searched(j, "walrus") == [RARE_AT + 2]
+    common, rare, rare_fallback = plans(caplog)
+    assert f"no statistics: a fixed walk, then GIN (walk {RECENT_ROWS} rows)" in common
+    assert "no statistics" in rare
+    assert "the walk found 1 of" in rare_fallback
+
+
+def test_the_walk_is_sized_to_the_window_and_the_estimate() -> None:
+    assert choose_plan(None, WINDOW).walk == RECENT_ROWS
+    assert choose_plan(0.5, WINDOW).walk == 4 * WINDOW
+    assert choose_plan(0.1, WINDOW).walk == RECENT_ROWS  # the most a walk reads
+    assert choose_plan(0.03, WINDOW).walk == 0  # too rare for a walk: GIN
+    assert choose_plan(0.0, WINDOW).walk == 0
