@@ -66,6 +66,11 @@ def test_after_analyze_a_word_in_every_event_walks_and_a_word_in_one_goes_to_gin
     assert searched(j, "walrus") == [RARE_AT + 2]
     (rare,) = plans(caplog)
     assert ": GIN (walk 0 rows)" in rare
+    caplog.clear()
+    # The planner's estimate for a prefix is no sum of its words': a prefix takes the fixed walk.
+    assert searched(j, "everywh*") == list(range(EVENTS + 1, EVENTS - 19, -1))
+    (prefix,) = plans(caplog)
+    assert f"no estimate: a fixed walk, then GIN (walk {RECENT_ROWS} rows)" in prefix
 
 
 def test_without_statistics_a_search_walks_a_fixed_number_of_rows_then_asks_gin(
@@ -76,8 +81,8 @@ def test_without_statistics_a_search_walks_a_fixed_number_of_rows_then_asks_gin(
     assert searched(j, "everywhere") == list(range(EVENTS + 1, EVENTS - 19, -1))
     assert searched(j, "walrus") == [RARE_AT + 2]
     common, rare, rare_fallback = plans(caplog)
-    assert f"no statistics: a fixed walk, then GIN (walk {RECENT_ROWS} rows)" in common
-    assert "no statistics" in rare
+    assert f"no estimate: a fixed walk, then GIN (walk {RECENT_ROWS} rows)" in common
+    assert "no estimate" in rare
     assert "the walk found 1 of" in rare_fallback
 
 

@@ -612,7 +612,9 @@ class PostgresStorage:
         (on_sessions, session_params), (on_events, event_params) = _search_filters(where)
         tsquery = query.tsquery()
         top = 2**62 if below is None else below
-        plan = choose_plan(self._match_fraction(tenant, tsquery), size)
+        # A prefix's estimate is not to be trusted (postgres_search.py): the fixed walk.
+        prefixed = any(term.prefix for term in query.terms)
+        plan = choose_plan(None if prefixed else self._match_fraction(tenant, tsquery), size)
         log.debug("search %s: %s (walk %d rows)", tsquery, plan.why, plan.walk)
         if plan.walk:
             recent = self._read(

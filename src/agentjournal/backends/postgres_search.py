@@ -9,6 +9,9 @@ column's element statistics (`pg_stats.most_common_elems`, which an ordinary rol
 itself when row-level security is on, but the planner uses on its behalf). A table never
 analyzed has no such statistics: then the search walks a fixed number of rows and asks GIN for
 the rest, a bounded cost either way (never the planner's own guess, which took 110 s once).
+The same goes for a query with a prefix (`warehou*`, or one Chinese character): the planner's
+estimate for a prefix is no sum of the words it matches (2 % for a prefix of a word in half the
+events, measured), and GIN then merged every match, ~500 ms at a million events.
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ class SearchPlan:
 
 def choose_plan(fraction: float | None, size: int) -> SearchPlan:
     """The plan for a query matching `fraction` of the index rows by the statistics (None:
-    no statistics), for a window of `size` rows."""
+    no estimate to trust), for a window of `size` rows."""
     if fraction is None:
-        return SearchPlan(RECENT_ROWS, "no statistics: a fixed walk, then GIN")
+        return SearchPlan(RECENT_ROWS, "no estimate: a fixed walk, then GIN")
     if fraction > 0:
         rows = math.ceil(WALK_MARGIN * size / fraction)
         if rows <= RECENT_ROWS:
