@@ -13,7 +13,7 @@ from psycopg import sql
 
 from agentjournal import Journal, NewEvent
 from agentjournal.backends.postgres import PostgresStorage
-from agentjournal.backends.postgres_search import RECENT_ROWS, choose_plan
+from agentjournal.backends.postgres_search import MAX_WALK, RECENT_ROWS, choose_plan
 from agentjournal.search import WINDOW
 from postgres_fixtures import HOST, ROLE, fresh_schema, url_for
 
@@ -89,6 +89,7 @@ def test_without_statistics_a_search_walks_a_fixed_number_of_rows_then_asks_gin(
 def test_the_walk_is_sized_to_the_window_and_the_estimate() -> None:
     assert choose_plan(None, WINDOW).walk == RECENT_ROWS
     assert choose_plan(0.5, WINDOW).walk == 4 * WINDOW
-    assert choose_plan(0.1, WINDOW).walk == RECENT_ROWS  # the most a walk reads
-    assert choose_plan(0.03, WINDOW).walk == 0  # too rare for a walk: GIN
+    assert choose_plan(0.03, WINDOW).walk == 66_667
+    assert choose_plan(0.01, WINDOW).walk == MAX_WALK  # the most a walk reads
+    assert choose_plan(0.005, WINDOW).walk == 0  # too rare for a walk: GIN
     assert choose_plan(0.0, WINDOW).walk == 0

@@ -616,38 +616,40 @@ class PostgresStorage:
         prefixed = any(term.prefix for term in query.terms)
         plan = choose_plan(None if prefixed else self._match_fraction(tenant, tsquery), size)
         log.debug("search %s: %s (walk %d rows)", tsquery, plan.why, plan.walk)
-        if plan.walk:
-            recent = self._read(
-                tenant,
-                # No tenant condition inside: with one, a planner without statistics took the
-                # tenant for rare and sorted the whole index instead of walking its primary key.
-                "WITH recent AS MATERIALIZED (SELECT event_id, tenant, session_id, terms"
-                " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC LIMIT %s)"
-                " SELECT r.event_id FROM recent AS r JOIN events AS e ON e.event_id = r.event_id"
-                " JOIN sessions AS s ON s.session_id = r.session_id"
-                f" WHERE r.tenant = %s AND r.terms @@ to_tsquery('simple', %s)"
-                f"{on_sessions}{on_events} ORDER BY r.event_id DESC LIMIT %s",
-                (top, plan.walk, tenant, tsquery, *session_params, *event_params, size),
-            )
-            # The newest `size` matches among the newest rows are the newest of all matches.
-            if len(recent) >= size:
-                return [int(row[0]) for row in recent]
-            log.debug("search %s: the walk found %d of %d, GIN", tsquery, len(recent), size)
         # The matches, sorted newest first, each looked up in events and sessions in that order
         # until the window is full (OFFSET 0 keeps each look-up a nested loop by primary key).
         # As plain joins, the planner, taking the matches of a rare word for thousands, walked
         # the events' primary key backwards to merge with them: 500,000 rows, ~200 ms, for one.
-        rows = self._read(
-            tenant,
-            "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
-            " WHERE terms @@ to_tsquery('simple', %s) AND tenant = %s AND event_id <= %s)"
+        newest = (
             " SELECT h.event_id FROM (SELECT * FROM hits ORDER BY event_id DESC) AS h"
             " JOIN LATERAL (SELECT 1 FROM events AS e WHERE e.event_id = h.event_id"
             f"{on_events} OFFSET 0) AS e ON true"
             " JOIN LATERAL (SELECT 1 FROM sessions AS s WHERE s.session_id = h.session_id"
             f"{on_sessions} OFFSET 0) AS s ON true"
-            " ORDER BY h.event_id DESC LIMIT %s",
-            (tsquery, tenant, top, *event_params, *session_params, size),
+            " ORDER BY h.event_id DESC LIMIT %s"
+        )
+        filters = (*event_params, *session_params, size)
+        if plan.walk:
+            # The walk: the newest `plan.walk` index rows (their lowest id from the primary key
+            # alone), each tested as the scan reads it.
+            recent = self._read(
+                tenant,
+                "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
+                " WHERE event_id <= %s AND event_id >= coalesce((SELECT event_id"
+                " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC"
+                " OFFSET %s LIMIT 1), 0)"
+                " AND tenant = %s AND terms @@ to_tsquery('simple', %s))" + newest,
+                (top, top, plan.walk - 1, tenant, tsquery, *filters),
+            )
+            # The newest `size` matches among the newest rows are the newest of all matches.
+            if len(recent) >= size:
+                return [int(row[0]) for row in recent]
+            log.debug("search %s: the walk found %d of %d, GIN", tsquery, len(recent), size)
+        rows = self._read(
+            tenant,
+            "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
+            " WHERE terms @@ to_tsquery('simple', %s) AND tenant = %s AND event_id <= %s)" + newest,
+            (tsquery, tenant, top, *filters),
         )
         return [int(row[0]) for row in rows]
 
