@@ -13,7 +13,7 @@ from psycopg import sql
 
 from agentjournal import Journal, NewEvent
 from agentjournal.backends.postgres import PostgresStorage
-from agentjournal.backends.postgres_search import MAX_WALK, RECENT_ROWS, choose_plan
+from agentjournal.backends.postgres_search import MAX_WALK, RECENT_ROWS, choose_plan, longer_walk
 from agentjournal.search import WINDOW
 from postgres_fixtures import HOST, ROLE, fresh_schema, url_for
 
@@ -83,7 +83,7 @@ def test_without_statistics_a_search_walks_a_fixed_number_of_rows_then_asks_gin(
     common, rare, rare_fallback = plans(caplog)
     assert f"no estimate: a fixed walk, then GIN (walk {RECENT_ROWS} rows)" in common
     assert "no estimate" in rare
-    assert "the walk found 1 of" in rare_fallback
+    assert f"a walk of {RECENT_ROWS} found 1, next 0" in rare_fallback
 
 
 def test_the_walk_is_sized_to_the_window_and_the_estimate() -> None:
@@ -93,3 +93,10 @@ def test_the_walk_is_sized_to_the_window_and_the_estimate() -> None:
     assert choose_plan(0.01, WINDOW).walk == MAX_WALK  # the most a walk reads
     assert choose_plan(0.005, WINDOW).walk == 0  # too rare for a walk: GIN
     assert choose_plan(0.0, WINDOW).walk == 0
+
+
+def test_a_walk_that_found_too_few_walks_again_by_the_rate_it_saw_or_asks_gin() -> None:
+    assert longer_walk(RECENT_ROWS, 600, WINDOW) == 66_667  # 3 %: a walk of 2 x the window
+    assert longer_walk(RECENT_ROWS, 50, WINDOW) == 0  # 0.25 %: past MAX_WALK, GIN
+    assert longer_walk(RECENT_ROWS, 0, WINDOW) == 0
+    assert longer_walk(RECENT_ROWS, 999, WINDOW) == 40_041  # just short: twice as far

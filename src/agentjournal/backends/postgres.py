@@ -45,6 +45,7 @@ from agentjournal.backends.postgres_search import (
     ANALYZED_SQL,
     ESTIMATE_SQL,
     choose_plan,
+    longer_walk,
     match_fraction,
 )
 from agentjournal.backends.postgres_write import CommitUnknown, Control, PostgresTx
@@ -629,8 +630,9 @@ class PostgresStorage:
             " ORDER BY h.event_id DESC LIMIT %s"
         )
         filters = (*event_params, *session_params, size)
-        if plan.walk:
-            # The walk: the newest `plan.walk` index rows (their lowest id from the primary key
+        walk = plan.walk
+        while walk:
+            # The walk: the newest `walk` index rows (their lowest id from the primary key
             # alone), each tested as the scan reads it.
             recent = self._read(
                 tenant,
@@ -639,12 +641,16 @@ class PostgresStorage:
                 " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC"
                 " OFFSET %s LIMIT 1), 0)"
                 " AND tenant = %s AND terms @@ to_tsquery('simple', %s))" + newest,
-                (top, top, plan.walk - 1, tenant, tsquery, *filters),
+                (top, top, walk - 1, tenant, tsquery, *filters),
             )
             # The newest `size` matches among the newest rows are the newest of all matches.
             if len(recent) >= size:
                 return [int(row[0]) for row in recent]
-            log.debug("search %s: the walk found %d of %d, GIN", tsquery, len(recent), size)
+            # Too few: a longer walk if the rate it saw makes one worth it, else GIN.
+            walked, walk = walk, longer_walk(walk, len(recent), size)
+            log.debug(
+                "search %s: a walk of %d found %d, next %d", tsquery, walked, len(recent), walk
+            )
         rows = self._read(
             tenant,
             "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"

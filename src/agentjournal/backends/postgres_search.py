@@ -61,6 +61,16 @@ def choose_plan(fraction: float | None, size: int) -> SearchPlan:
     return SearchPlan(0, f"estimated {fraction:.2%} of rows: GIN")
 
 
+def longer_walk(walked: int, found: int, size: int) -> int:
+    """After a walk of `walked` rows found `found` < `size` matches: the rows a second walk
+    should read by that rate (a walk's own sample, where there was no estimate), or 0 when it
+    would pass `MAX_WALK` (then GIN)."""
+    if found == 0:
+        return 0
+    rows = math.ceil(WALK_MARGIN * size * walked / found)
+    return rows if walked < rows <= MAX_WALK else 0
+
+
 def match_fraction(explained: Any) -> float:
     """The share of rows the query matches, from `ESTIMATE_SQL`'s plan: its Append node's two
     children are the match and the whole table."""
