@@ -7,8 +7,9 @@ walk finds too little and GIN is fast. So the search asks PostgreSQL how common 
 `EXPLAIN` of the match beside the whole table, whose row estimates come from the `tsvector`
 column's element statistics (`pg_stats.most_common_elems`, which an ordinary role cannot read
 itself when row-level security is on, but the planner uses on its behalf). A table never
-analyzed has no such statistics: then the search walks a fixed number of rows and asks GIN for
-the rest, a bounded cost either way (never the planner's own guess, which took 110 s once).
+analyzed has no such statistics: then the search walks a fixed number of rows, and if they hold
+too few matches walks further by the rate it saw (`longer_walk`) or asks GIN, a bounded cost
+either way (never the planner's own guess, which took 110 s once).
 The same goes for a query with a prefix (`warehou*`, or one Chinese character): the planner's
 estimate for a prefix is no sum of the words it matches (2 % for a prefix of a word in half the
 events, measured), and GIN then merged every match, ~500 ms at a million events.
