@@ -3,6 +3,8 @@
     .venv/bin/python bench/search_bench.py                  # both backends, 1,000,000 events
     .venv/bin/python bench/search_bench.py --backend sqlite --events 200000
     .venv/bin/python bench/search_bench.py --quick          # a smoke run (rough figures)
+    .venv/bin/python bench/search_bench.py --backend postgres --pg-schema search_1m --search-only
+                                  # keeps the built journal in that schema; a later run reuses it
 
 Write cost: one writer appending one ~150-character message per call, with the search index and
 without it (the storage's `search_index=False`), in alternating rounds in the same process, so
@@ -108,7 +110,10 @@ def queries(events: int) -> dict[str, str]:
 
 
 @contextmanager
-def opened(backend: str, durability: str, *, search_index: bool = True) -> Iterator[Journal]:
+def opened(
+    backend: str, durability: str, *, search_index: bool = True, keep: str | None = None
+) -> Iterator[Journal]:
+    """A fresh journal, gone afterwards; on PostgreSQL `keep` names a schema that stays."""
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(dir=DIRECTORY) as folder:
             storage = SQLiteStorage(
@@ -119,14 +124,27 @@ def opened(backend: str, durability: str, *, search_index: bool = True) -> Itera
         return
     import psycopg
 
-    schema = f"search_bench_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    schema = keep or f"search_bench_{os.getpid()}_{time.monotonic_ns() % 10**9}"
     url = f"{ADMIN_URL}?schema={schema}" if "?" not in ADMIN_URL else f"{ADMIN_URL}&schema={schema}"
     try:
         with Journal(PostgresStorage(url, durability, search_index=search_index)) as journal:
             yield journal
     finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        if keep is None:
+            with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def stored_events(journal: Journal) -> int:
+    """How many events a kept PostgreSQL schema already holds (0 for a new one)."""
+    import psycopg
+
+    storage = journal.storage
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {storage.schema}")
+        row = conn.execute("SELECT count(*) FROM events").fetchone()
+    return int(row[0]) if row else 0
 
 
 def appends_per_second(journal: Journal, sid: str, count: int, rng: random.Random) -> float:
@@ -220,6 +238,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dir", help="directory for the SQLite files (default: temp)")
+    parser.add_argument(
+        "--pg-schema",
+        help="PostgreSQL: build the journal in this schema and keep it; if it already holds"
+        " the events (the same seed), search it without building (an 8-minute build here)",
+    )
+    parser.add_argument("--search-only", action="store_true", help="skip the write-cost rounds")
     args = parser.parse_args()
     global DIRECTORY
     DIRECTORY = args.dir
@@ -242,7 +266,7 @@ def main() -> None:
     ):
         table.add_column(column)
     for backend in backends:
-        for durability in ("full", "normal"):
+        for durability in () if args.search_only else ("full", "normal"):
             say(f"{backend}: appends/s at {durability}, with and without the index")
             indexed, plain = write_cost(backend, durability, appends, rounds)
             ratio = indexed / plain
@@ -255,10 +279,14 @@ def main() -> None:
                 f"≥ {WRITE_TARGET:.2f}×",
                 "yes" if ratio >= WRITE_TARGET else "NO",
             )
-        with opened(backend, "normal") as journal:
-            say(f"{backend}: building {events:,} events")
+        keep = args.pg_schema if backend == "postgres" else None
+        with opened(backend, "normal", keep=keep) as journal:
             started = time.perf_counter()
-            build(journal, events, say)
+            if keep and stored_events(journal) >= events:
+                say(f"{backend}: schema {keep} already holds the events: not building")
+            else:
+                say(f"{backend}: building {events:,} events")
+                build(journal, events, say)
             built = time.perf_counter() - started
             if backend == "postgres":
                 analyze(journal)

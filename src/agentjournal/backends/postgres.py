@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
@@ -38,6 +40,13 @@ from agentjournal.backends.postgres_rows import (
     encode_position,
     event_from_row,
     session_from_row,
+)
+from agentjournal.backends.postgres_search import (
+    ANALYZED_SQL,
+    ESTIMATE_SQL,
+    choose_plan,
+    longer_walk,
+    match_fraction,
 )
 from agentjournal.backends.postgres_write import CommitUnknown, Control, PostgresTx
 from agentjournal.backends.projection_rows import task_from_row
@@ -108,6 +117,10 @@ class PostgresStorage:
         self.pooled = options.get("pooler") == "transaction"
         self._closed = False
         self._scopes: dict[int, str] = {}  # id(connection) -> the tenant scope it has set
+        # Whether the search index has statistics (once it has, it keeps them), and when that
+        # was last asked (postgres_search.py).
+        self._search_analyzed = False
+        self._search_analyzed_checked = -math.inf
         kwargs: dict[str, Any] = {"autocommit": True}
         if self.pooled:
             kwargs["prepare_threshold"] = None  # a pooler may hand each statement elsewhere
@@ -592,37 +605,73 @@ class PostgresStorage:
         below: int | None,
         size: int,
     ) -> list[int]:
-        # Two plans, chosen here rather than by the planner, whose estimate of a word's
-        # frequency can be off by orders of magnitude (a fresh table has no statistics; a
-        # nested loop over sessions then took 110 s at a million events). A common word is
-        # found among the newest rows of the index; a rarer one through the GIN index.
-        filters, params = _search_filters(where)
+        # Two plans, chosen here rather than by the planner, whose joins on a word's estimated
+        # frequency went wrong by orders of magnitude (a fresh table has no statistics; a nested
+        # loop over sessions then took 110 s at a million events). The estimate only picks
+        # between two bounded ways (postgres_search.py): a common word is found among the newest
+        # rows of the index, a rarer one through the GIN index.
+        (on_sessions, session_params), (on_events, event_params) = _search_filters(where)
         tsquery = query.tsquery()
         top = 2**62 if below is None else below
-        recent = self._read(
-            tenant,
-            # No tenant condition inside: with one, a planner without statistics took the
-            # tenant for rare and sorted the whole index instead of walking its primary key.
-            "WITH recent AS MATERIALIZED (SELECT event_id, tenant, session_id, terms"
-            " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC LIMIT %s)"
-            " SELECT r.event_id FROM recent AS r JOIN events AS e ON e.event_id = r.event_id"
-            " JOIN sessions AS s ON s.session_id = r.session_id"
-            f" WHERE r.tenant = %s AND r.terms @@ to_tsquery('simple', %s){filters}"
-            " ORDER BY r.event_id DESC LIMIT %s",
-            (top, _RECENT_ROWS, tenant, tsquery, *params, size),
+        # A prefix's estimate is not to be trusted (postgres_search.py): the fixed walk.
+        prefixed = any(term.prefix for term in query.terms)
+        plan = choose_plan(None if prefixed else self._match_fraction(tenant, tsquery), size)
+        log.debug("search %s: %s (walk %d rows)", tsquery, plan.why, plan.walk)
+        # The matches, sorted newest first, each looked up in events and sessions in that order
+        # until the window is full (OFFSET 0 keeps each look-up a nested loop by primary key).
+        # As plain joins, the planner, taking the matches of a rare word for thousands, walked
+        # the events' primary key backwards to merge with them: 500,000 rows, ~200 ms, for one.
+        newest = (
+            " SELECT h.event_id FROM (SELECT * FROM hits ORDER BY event_id DESC) AS h"
+            " JOIN LATERAL (SELECT 1 FROM events AS e WHERE e.event_id = h.event_id"
+            f"{on_events} OFFSET 0) AS e ON true"
+            " JOIN LATERAL (SELECT 1 FROM sessions AS s WHERE s.session_id = h.session_id"
+            f"{on_sessions} OFFSET 0) AS s ON true"
+            " ORDER BY h.event_id DESC LIMIT %s"
         )
-        if len(recent) >= size:
-            return [int(row[0]) for row in recent]
+        filters = (*event_params, *session_params, size)
+        walk = plan.walk
+        while walk:
+            # The walk: the newest `walk` index rows (their lowest id from the primary key
+            # alone), each tested as the scan reads it.
+            recent = self._read(
+                tenant,
+                "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
+                " WHERE event_id <= %s AND event_id >= coalesce((SELECT event_id"
+                " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC"
+                " OFFSET %s LIMIT 1), 0)"
+                " AND tenant = %s AND terms @@ to_tsquery('simple', %s))" + newest,
+                (top, top, walk - 1, tenant, tsquery, *filters),
+            )
+            # The newest `size` matches among the newest rows are the newest of all matches.
+            if len(recent) >= size:
+                return [int(row[0]) for row in recent]
+            # Too few: a longer walk if the rate it saw makes one worth it, else GIN.
+            walked, walk = walk, longer_walk(walk, len(recent), size)
+            log.debug(
+                "search %s: a walk of %d found %d, next %d", tsquery, walked, len(recent), walk
+            )
         rows = self._read(
             tenant,
             "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
-            " WHERE terms @@ to_tsquery('simple', %s) AND tenant = %s AND event_id <= %s)"
-            " SELECT h.event_id FROM hits AS h JOIN events AS e ON e.event_id = h.event_id"
-            " JOIN sessions AS s ON s.session_id = h.session_id"
-            f" WHERE true{filters} ORDER BY h.event_id DESC LIMIT %s",
-            (tsquery, tenant, top, *params, size),
+            " WHERE terms @@ to_tsquery('simple', %s) AND tenant = %s AND event_id <= %s)" + newest,
+            (tsquery, tenant, top, *filters),
         )
         return [int(row[0]) for row in rows]
+
+    def _match_fraction(self, tenant: str, tsquery: str) -> float | None:
+        """The share of index rows `tsquery` matches by the planner's statistics; None while
+        the index has never been analyzed (checked again every `_ANALYZED_RECHECK_S`)."""
+        if not self._search_analyzed:
+            now = time.monotonic()
+            if now - self._search_analyzed_checked < _ANALYZED_RECHECK_S:
+                return None
+            self._search_analyzed_checked = now
+            rows = self._read(None, ANALYZED_SQL)
+            self._search_analyzed = bool(rows and rows[0][0])
+            if not self._search_analyzed:
+                return None
+        return match_fraction(self._read(tenant, ESTIMATE_SQL, (tsquery,))[0][0])
 
     def events_by_id(self, tenant: str, event_ids: Sequence[int]) -> list[Event]:
         rows = self._read(
@@ -694,25 +743,30 @@ class PostgresStorage:
         return problems
 
 
-# Index rows a search reads newest first before it asks the GIN index instead: a word in more
-# than size / _RECENT_ROWS of the events (5 % for a window of 1,000) is found among them.
-_RECENT_ROWS: Final = 20_000
+# How often a search asks again whether the index has been analyzed, while it has not.
+_ANALYZED_RECHECK_S: Final = 10.0
 
 
-def _search_filters(where: SearchFilter) -> tuple[str, list[Any]]:
-    """The filters as SQL on `e` (events) and `s` (sessions), each clause after an AND."""
+def _search_filters(where: SearchFilter) -> tuple[tuple[str, list[Any]], tuple[str, list[Any]]]:
+    """The filters as SQL on `s` (sessions) and on `e` (events), with their parameters; each
+    clause after an AND."""
     clauses = ["s.status = ANY(%s)"]
     params: list[Any] = [list(where.statuses)]
+    on_events: list[str] = []
+    event_params: list[Any] = []
     if where.types is not None:
-        clauses.append("e.type = ANY(%s)")
-        params.append(list(where.types))
+        on_events.append("e.type = ANY(%s)")
+        event_params.append(list(where.types))
     if where.since is not None:
-        clauses.append("e.created_at >= %s")
-        params.append(where.since)
+        on_events.append("e.created_at >= %s")
+        event_params.append(where.since)
     if where.until is not None:
-        clauses.append("e.created_at < %s")
-        params.append(where.until)
-    return "".join(f" AND {clause}" for clause in clauses), params
+        on_events.append("e.created_at < %s")
+        event_params.append(where.until)
+    return (
+        ("".join(f" AND {clause}" for clause in clauses), params),
+        ("".join(f" AND {clause}" for clause in on_events), event_params),
+    )
 
 
 def _postgres_tx(tx: WriteTx) -> PostgresTx:
