@@ -24,6 +24,7 @@ from agentjournal.runtime.streaming import (
 )
 from expected import a, t, u
 from fake_model_servers import Call, FakeAnthropic, Reply
+from helpers.model_streams import collect
 
 ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "AGENTJOURNAL_MODEL")
 
@@ -53,23 +54,6 @@ def make(fake: FakeAnthropic) -> Iterator[Callable[..., AnthropicModel]]:
     yield model
     for each in made:
         each.close()
-
-
-def collect(
-    model: AnthropicModel, messages: list[dict[str, Any]], tools: list[Tool] | None = None
-) -> tuple[list[ModelChunk], ModelError | None]:
-    async def run() -> tuple[list[ModelChunk], ModelError | None]:
-        got: list[ModelChunk] = []
-        try:
-            async for chunk in model.stream(messages, tools or []):
-                got.append(chunk)
-        except ModelError as exc:
-            return got, exc
-        finally:
-            await model.aclose()
-        return got, None
-
-    return asyncio.run(run())
 
 
 LOOKUP = Tool(

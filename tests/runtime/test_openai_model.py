@@ -21,6 +21,7 @@ from agentjournal.runtime.streaming import (
 )
 from expected import u
 from fake_model_servers import Call, FakeOpenAI, Reply
+from helpers.model_streams import collect
 
 ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "AGENTJOURNAL_MODEL")
 
@@ -50,25 +51,6 @@ def make(fake: FakeOpenAI) -> Iterator[Callable[..., OpenAIChatModel]]:
     yield model
     for each in made:
         each.close()
-
-
-def collect(
-    model: OpenAIChatModel, messages: list[dict[str, Any]], tools: list[Tool] | None = None
-) -> tuple[list[ModelChunk], ModelError | None]:
-    """Every chunk `stream()` yielded, and the ModelError that ended it (None: it finished)."""
-
-    async def run() -> tuple[list[ModelChunk], ModelError | None]:
-        got: list[ModelChunk] = []
-        try:
-            async for chunk in model.stream(messages, tools or []):
-                got.append(chunk)
-        except ModelError as exc:
-            return got, exc
-        finally:
-            await model.aclose()
-        return got, None
-
-    return asyncio.run(run())
 
 
 LOOKUP = Tool("lookup", lambda arguments, invocation: "in stock", idempotent=True)

@@ -16,7 +16,7 @@ from typing import Any
 from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.replay import anthropic_messages
 from agentjournal.runtime.agent import ERROR_PREFIX, ModelReply, RequestedCall, Tool
-from agentjournal.runtime.sdk_clients import ClientModel, import_sdk
+from agentjournal.runtime.sdk_clients import ClientModel, import_sdk, settings
 from agentjournal.runtime.streaming import ModelChunk, TextDelta, ToolCallDelta
 
 __all__ = ["AnthropicModel"]
@@ -44,23 +44,20 @@ class AnthropicModel(ClientModel):
         timeout: float = 60.0,
         retries: int = 2,
     ) -> None:
-        env = os.environ
-        self.model = model or env.get("AGENTJOURNAL_MODEL") or env.get("ANTHROPIC_MODEL") or ""
-        if not self.model:
-            raise InvalidArgument(
-                "no model name: pass model=... or set AGENTJOURNAL_MODEL (or ANTHROPIC_MODEL)"
-            )
-        if timeout <= 0:
-            raise InvalidArgument(f"timeout must be positive, not {timeout!r}")
-        if retries < 0:
-            raise InvalidArgument(f"retries must be 0 or more, not {retries!r}")
+        self.model, self.base_url = settings(
+            model,
+            "ANTHROPIC_MODEL",
+            base_url,
+            "ANTHROPIC_BASE_URL",
+            "https://api.anthropic.com",
+            timeout=timeout,
+            retries=retries,
+        )
         if max_tokens < 1:
             raise InvalidArgument(f"max_tokens must be 1 or more, not {max_tokens!r}")
-        key = api_key if api_key is not None else env.get("ANTHROPIC_API_KEY", "")
+        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
         if not key:
             raise InvalidArgument("no API key: pass api_key=... or set ANTHROPIC_API_KEY")
-        self.base_url = base_url or env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-        self.base_url = self.base_url.rstrip("/")
         self.max_tokens = max_tokens
         self.timeout = timeout
         options = {"base_url": self.base_url, "api_key": key}

@@ -15,9 +15,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from agentjournal.errors import InvalidArgument, ModelError
+from agentjournal.errors import ModelError
 from agentjournal.runtime.agent import ModelReply, RequestedCall, Tool
-from agentjournal.runtime.sdk_clients import ClientModel, import_sdk
+from agentjournal.runtime.sdk_clients import ClientModel, import_sdk, settings
 from agentjournal.runtime.streaming import ModelChunk, TextDelta, ToolCallDelta
 
 __all__ = ["OpenAIChatModel"]
@@ -50,19 +50,16 @@ class OpenAIChatModel(ClientModel):
         timeout: float = 60.0,
         retries: int = 2,
     ) -> None:
-        env = os.environ
-        self.model = model or env.get("AGENTJOURNAL_MODEL") or env.get("OPENAI_MODEL") or ""
-        if not self.model:
-            raise InvalidArgument(
-                "no model name: pass model=... or set AGENTJOURNAL_MODEL (or OPENAI_MODEL)"
-            )
-        if timeout <= 0:
-            raise InvalidArgument(f"timeout must be positive, not {timeout!r}")
-        if retries < 0:
-            raise InvalidArgument(f"retries must be 0 or more, not {retries!r}")
-        self.base_url = base_url or env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = self.base_url.rstrip("/")
-        key = api_key if api_key is not None else env.get("OPENAI_API_KEY", "")
+        self.model, self.base_url = settings(
+            model,
+            "OPENAI_MODEL",
+            base_url,
+            "OPENAI_BASE_URL",
+            "https://api.openai.com/v1",
+            timeout=timeout,
+            retries=retries,
+        )
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         sdk = import_sdk("openai", "OpenAIChatModel")
         self._headers: dict[str, Any] = {} if key else {"Authorization": sdk.Omit()}
         self.timeout = timeout

@@ -5,6 +5,7 @@ the same way, and an async client belongs to the event loop that opened its conn
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -13,7 +14,7 @@ from agentjournal.errors import InvalidArgument, ModelError
 from agentjournal.runtime.shapes import ModelReply, Tool
 from agentjournal.runtime.streaming import Completed, ModelChunk
 
-__all__ = ["Assembler", "ClientModel", "PerLoop", "import_sdk", "model_error"]
+__all__ = ["Assembler", "ClientModel", "PerLoop", "import_sdk", "model_error", "settings"]
 
 Client = TypeVar("Client")
 
@@ -26,6 +27,32 @@ def import_sdk(name: str, model: str) -> Any:
         raise InvalidArgument(
             f"{model} needs the {name} client: pip install 'agentjournal[{name}]' ({exc})"
         ) from exc
+
+
+def settings(
+    model: str | None,
+    model_env: str,
+    base_url: str | None,
+    url_env: str,
+    default_url: str,
+    *,
+    timeout: float,
+    retries: int,
+) -> tuple[str, str]:
+    """The model name (the argument, else `AGENTJOURNAL_MODEL`, else `model_env`) and the base
+    URL without a trailing slash (the argument, else `url_env`, else `default_url`), once
+    `timeout` and `retries` are checked: InvalidArgument for anything missing or out of range."""
+    env = os.environ
+    name = model or env.get("AGENTJOURNAL_MODEL") or env.get(model_env) or ""
+    if not name:
+        raise InvalidArgument(
+            f"no model name: pass model=... or set AGENTJOURNAL_MODEL (or {model_env})"
+        )
+    if timeout <= 0:
+        raise InvalidArgument(f"timeout must be positive, not {timeout!r}")
+    if retries < 0:
+        raise InvalidArgument(f"retries must be 0 or more, not {retries!r}")
+    return name, (base_url or env.get(url_env) or default_url).rstrip("/")
 
 
 class PerLoop(Generic[Client]):
