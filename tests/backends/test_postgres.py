@@ -322,14 +322,16 @@ def test_positions_order_as_numbers_where_transaction_ids_cross_a_power_of_ten(
     `tx::text`), so a page holding transaction 999 and 1000 put '1000' first: the reader resumed
     after it and read 999's events twice or never, and the model test saw ids [.., 1162, 1158].
     Only a server whose transaction counter crosses a power of ten shows it, so here the events
-    get such ids directly: the owner switches the trigger that sets tx off in this schema and
-    inserts rows of its own. The ids must be in the server's past for the feed to show them, and
-    a fresh server has used only some hundreds: the test spends ids until 1,000 is past."""
+    get such ids directly: the owner switches off the triggers that set and check tx in this
+    schema, inserts rows of its own and advances their sessions as the statement trigger would.
+    The ids must be in the server's past for the feed to show them, and a fresh server has used
+    only some hundreds: the test spends ids until 1,000 is past."""
     txs = [1000, 99, 999, 100, 10, 9]  # inserted in this order: event_ids ascend so
     with Journal.open(url(schema)) as journal, closing(connect(schema)) as raw:
         while int(raw.execute("SELECT pg_current_xact_id()::text").fetchone()[0]) <= max(txs):
             pass  # each autocommit statement that asks for its id is given a new one
         raw.execute("ALTER TABLE events DISABLE TRIGGER events_take_tx")
+        raw.execute("ALTER TABLE events DISABLE TRIGGER events_advance_sessions")
         for n, tx in enumerate(txs):
             sid = f"tx{tx}"
             raw.execute(
@@ -342,6 +344,10 @@ def test_positions_order_as_numbers_where_transaction_ids_cross_a_power_of_ten(
                 " VALUES (%s::text::xid8, 'default', %s, 1, 'session_created', %s, %s)",
                 (str(tx), sid, json.dumps({"title": sid}), n),
             )
+        raw.execute(
+            "UPDATE sessions AS s SET last_seq = 1, last_tx = e.tx, last_event_id = e.event_id,"
+            " event_count = 1 FROM events AS e WHERE e.session_id = s.session_id"
+        )
         numeric = [f"tx{tx}" for tx in sorted(txs)]
 
         feed = journal.events_all(limit=100)
@@ -764,7 +770,7 @@ def test_instances_opening_one_fresh_schema_together_migrate_it_once(schema: str
             assert report == {"requeued": [], "failed": [], "errors": []}
     with closing(connect(schema)) as conn:
         versions = conn.execute("SELECT version FROM agentjournal_schema ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,)]
+        assert versions == [(1,), (2,), (3,)]
 
 
 @pytest.mark.slow

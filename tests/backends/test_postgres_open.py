@@ -10,7 +10,8 @@ import pytest
 from psycopg import sql
 
 from agentjournal import InvalidArgument, Journal, StorageError
-from helpers.contract import SEED_REPLAY, seed
+from agentjournal.backends import postgres
+from helpers.contract import SEED, SEED_REPLAY, msg, seed
 from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, require_postgres, url_for
 
 
@@ -112,3 +113,60 @@ def test_open_refuses_a_schema_newer_than_it_knows() -> None:
         assert schema_versions(schema)[-1] == (known + 1,)
         with pytest.raises(StorageError, match="upgrade agentjournal"):
             Journal.open(url_for(schema))
+
+
+def test_version_3_upgrades_a_version_2_schema_and_checks_tx_once_per_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema written by a version-2 agentjournal (tx set row by row) opens, migrates to 3 and
+    goes on; from then on the writer sends each event's tx and the statement trigger checks it:
+    a wrong one, a missing session or another tenant's session is refused, a row without tx
+    still gets it from the row trigger, and a correction (a "supersedes" key, even spelled with
+    a JSON escape) leaves the open turn as it was."""
+    every = postgres._migrations()
+    with fresh_schema() as schema:
+        monkeypatch.setattr(postgres, "_migrations", lambda: every[:2])
+        with Journal.open(url_for(schema)) as old:
+            sid = seed(old)
+            other = old.for_tenant("b").create_session("b's").session_id
+        assert schema_versions(schema) == [(1,), (2,)]
+        monkeypatch.setattr(postgres, "_migrations", lambda: every)
+        with Journal.open(url_for(schema)) as journal:
+            assert schema_versions(schema) == [(n,) for n in range(1, len(every) + 1)]
+            assert journal.replay(sid) == SEED_REPLAY
+            journal.append_many(sid, [msg("user_message", "again"), msg("assistant_message", "ok")])
+            assert journal.get_session(sid).last_seq == len(SEED) + 3
+            assert not journal.get_session(sid).turn_open
+            assert journal.verify().ok
+            feed = journal.events_all(limit=100)
+            assert [int(e.position) for e in feed] == sorted(int(e.position) for e in feed)
+
+            with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+                insert = (
+                    "INSERT INTO events (tenant, session_id, seq, type, payload, created_at, tx)"
+                    " VALUES (%s, %s, %s, 'user_message', %s, 0, %s::text::xid8)"
+                )
+                seq = journal.get_session(sid).last_seq
+                with pytest.raises(psycopg.errors.CheckViolation, match="must take tx"):
+                    conn.execute(insert, ("default", sid, seq + 1, '{"content": "x"}', "3"))
+                with pytest.raises(psycopg.errors.ForeignKeyViolation):
+                    conn.execute(insert, ("default", other, 2, '{"content": "x"}', None))
+                with conn.transaction():
+                    right = conn.execute(
+                        "SELECT greatest(pg_current_xact_id(), last_tx)::text FROM sessions"
+                        " WHERE session_id = %s FOR UPDATE",
+                        (other,),
+                    ).fetchone()
+                    assert right is not None
+                    with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
+                        conn.execute(insert, ("default", other, 2, '{"content": "x"}', right[0]))
+                    conn.execute(insert, ("b", other, 2, '{"content": "x"}', right[0]))
+                escaped = f'{{"content": "fixed", "\\u0073upersedes": {seq - 1}}}'
+                conn.execute(insert, ("default", sid, seq + 1, escaped, None))
+            assert not journal.get_session(sid).turn_open, "a correction is not a turn event"
+            assert journal.for_tenant("b").get_session(other).last_seq == 2
+            assert journal.for_tenant("b").get_session(other).turn_open
+            journal.append(sid, "user_message", {"content": "and now?"})
+            assert journal.get_session(sid).turn_open
+            assert [e.seq for e in journal.events(sid)] == list(range(1, seq + 3))

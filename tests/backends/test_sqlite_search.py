@@ -1,6 +1,6 @@
-"""The SQLite search index (backends/sqlite_search.py): it follows the journal in batches inside
-append transactions, every search sees every committed event, it rebuilds, and a SQLite without
-FTS5 still appends."""
+"""The SQLite search index (backends/sqlite_search.py): it follows the journal in batches after
+appends, with its rows built before the write lock, every search sees every committed event, it
+rebuilds, and a SQLite without FTS5 still appends."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from agentjournal import InvalidArgument, Journal, SearchUnavailable
 from agentjournal.backends import sqlite as sqlite_backend
-from agentjournal.backends.sqlite_search import BATCH, CREATE
+from agentjournal.backends.sqlite_search import BATCH, CREATE, Gathered
+from agentjournal.backends.sqlite_write import SQLiteTx
 from agentjournal.search_text import index_text, parse_query
 
 
@@ -33,6 +34,64 @@ def test_appends_index_in_batches_and_a_search_sees_the_rest(db_path: Path) -> N
         for n in range(BATCH):
             journal.append(sid, "user_message", {"content": f"gannet {n}"})
         assert indexed_upto(db_path) == BATCH + 2  # the append that reached BATCH indexed them
+        assert journal.verify().ok
+
+
+def matching(path: Path, term: str) -> list[int]:
+    """The index's own rowids for `term`, whether or not their events still exist."""
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute(
+            "SELECT rowid FROM search_index WHERE search_index MATCH ? ORDER BY rowid", (term,)
+        )
+        return [row[0] for row in rows]
+
+
+def apply_in_write(storage: sqlite_backend.SQLiteStorage, gathered: Gathered) -> int:
+    search = storage._search
+    assert search is not None
+
+    def work(tx: object) -> int:
+        assert isinstance(tx, SQLiteTx)
+        return search.apply(tx.conn, gathered)
+
+    return storage.write(work)  # type: ignore[arg-type]
+
+
+def test_rows_built_before_the_lock_never_index_a_session_purged_meanwhile(db_path: Path) -> None:
+    with Journal.open(db_path) as journal:
+        storage = journal.storage
+        assert isinstance(storage, sqlite_backend.SQLiteStorage)
+        assert storage._search is not None
+        keep = journal.create_session("keep").session_id
+        gone = journal.create_session("gone").session_id
+        journal.append(keep, "user_message", {"content": "guillemot"})
+        journal.append(gone, "user_message", {"content": "shearwater"})
+        gathered = storage._search.gather(storage._reader(), 100)
+        assert gathered is not None
+        assert len(gathered.event_ids) == 4
+        journal.purge_session(gone)  # after the rows were built, before they are stored
+        assert apply_in_write(storage, gathered) == 2  # indexed again under the lock
+        assert indexed_upto(db_path) == 3  # keep's two events; gone's are no more
+        assert matching(db_path, "shearwater") == []
+        assert [h.session_id for h in journal.search("guillemot").hits] == [keep]
+        assert journal.verify().ok
+
+
+def test_rows_built_before_the_lock_skip_what_another_writer_indexed(db_path: Path) -> None:
+    with Journal.open(db_path) as journal, Journal.open(db_path) as other:
+        storage = journal.storage
+        assert isinstance(storage, sqlite_backend.SQLiteStorage)
+        assert storage._search is not None
+        sid = journal.create_session("two").session_id
+        journal.append(sid, "user_message", {"content": "razorbill"})
+        gathered = storage._search.gather(storage._reader(), 100)
+        assert gathered is not None
+        assert [h.seq for h in other.search("razorbill").hits] == [2]  # indexes events 1-2
+        journal.append(sid, "user_message", {"content": "fulmar"})
+        assert apply_in_write(storage, gathered) == 0
+        assert indexed_upto(db_path) == 2
+        assert matching(db_path, "razorbill") == [2]
+        assert [h.seq for h in journal.search("fulmar").hits] == [3]
         assert journal.verify().ok
 
 

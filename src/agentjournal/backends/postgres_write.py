@@ -54,10 +54,13 @@ def indexed_text(type_: str, payload: Mapping[str, Any]) -> str:
 # psycopg passes one string, where column arrays cost it a Python dumper call per element. The
 # events of a group and the transcript and tool-call rows they add are one statement: one round
 # trip and one execute on the client.
+# Each row's tx is the one `session_states` read under the session's lock (null for a session
+# not locked that way, such as one created in this transaction: the row trigger takes it then);
+# the statement trigger checks it (migration 0003).
 _EVENT_ROWS: Final = (
-    "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
-    " SELECT r->>0, r->>1, (r->>2)::bigint, r->>3, r->>4, r->>5, (r->>6)::bigint"
-    " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e (r, n) ORDER BY n"
+    "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at, tx)"
+    " SELECT r->>0, r->>1, (r->>2)::bigint, r->>3, r->>4, r->>5, (r->>6)::bigint,"
+    " (r->>7)::xid8 FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e (r, n) ORDER BY n"
 )
 _MESSAGE_ROWS: Final = (
     "INSERT INTO messages (session_id, tenant, seq, role, content, tokens, created_at)"
@@ -84,13 +87,14 @@ _INSERT_EVENTS: Final = (
     f" searched AS ({_SEARCH_ROWS})"
     " SELECT event_id, tx, session_id, seq FROM stored"
 )
-_LOCK_SESSION: Final = (
-    "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = %s FOR UPDATE"
+# With each locked session, the tx its next events take: greatest(this transaction's id, the
+# session's last_tx), as the events_take_tx trigger would compute it row by row.
+_LOCKED: Final = (
+    "SELECT session_id, tenant, status, last_seq,"
+    " greatest(pg_current_xact_id(), last_tx)::text FROM sessions"
 )
-_LOCK_SESSIONS: Final = (
-    "SELECT session_id, tenant, status, last_seq FROM sessions"
-    " WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE"
-)
+_LOCK_SESSION: Final = f"{_LOCKED} WHERE session_id = %s FOR UPDATE"
+_LOCK_SESSIONS: Final = f"{_LOCKED} WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE"
 _to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _DONE: Final = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 _INSERT_TASK: Final = (
@@ -196,6 +200,7 @@ class Control:
     def _end(self) -> None:
         conn, self.tx.conn = self.tx.conn, None
         self.tx.last_position = self.tx.saved_position = ""
+        self.tx.session_txs.clear()
         if conn is not None:
             self._release(conn)
 
@@ -208,6 +213,10 @@ class PostgresTx:
         self.search_index = search_index
         self.last_position = ""
         self.saved_position = ""
+        # session_id -> the tx its events take in this transaction, read under its row lock.
+        # Still right after a savepoint's rollback (the value only depends on what the lock
+        # saw); a stale one would be refused by the database, never stored.
+        self.session_txs: dict[str, str] = {}
 
     def _rows(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         assert self.conn is not None, "used outside a write transaction"
@@ -231,7 +240,9 @@ class PostgresTx:
             rows = self._rows(_LOCK_SESSION, tuple(session_ids))
         else:
             rows = self._rows(_LOCK_SESSIONS, (sorted(session_ids),))
-        return {row[0]: SessionState(*row) for row in rows}
+        for row in rows:
+            self.session_txs[row[0]] = row[4]
+        return {row[0]: SessionState(*row[:4]) for row in rows}
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         rows = self._rows(
@@ -338,6 +349,7 @@ class PostgresTx:
         # once per statement (see the schema), and psycopg pays its per-statement cost once. The
         # projection's new rows depend on no event id, so they go in the same statement.
         tenants = {row.session_id: row.tenant for row in rows}
+        txs = self.session_txs
         unstored = [
             Event(
                 0,
@@ -364,6 +376,7 @@ class PostgresTx:
                             r.event.payload_json,
                             r.event.idempotency_key,
                             r.created_at,
+                            txs.get(r.session_id),
                         )
                         for r in rows
                     ]

@@ -34,8 +34,14 @@ from agentjournal.backends.sqlite_rows import (
     session_from_row,
     tool_call_from_row,
 )
+from agentjournal.backends.sqlite_search import (
+    BATCH,
+    CATCH_UP_LIMIT,
+    Gathered,
+    SearchIndex,
+    fts5_available,
+)
 from agentjournal.backends.sqlite_search import CREATE as CREATE_SEARCH_INDEX
-from agentjournal.backends.sqlite_search import SearchIndex, fts5_available
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
 from agentjournal.backends.sqlite_write import Control, SQLiteTx
 from agentjournal.backends.turn_holds import TurnHolds
@@ -249,12 +255,14 @@ class SQLiteStorage:
         if self._closed:
             raise StorageError("the journal is closed")
         try:
-            return self._group.submit(work)
+            result = self._group.submit(work)
         except sqlite3.IntegrityError as exc:
             # The rules run first, so this is a race the database caught (e.g. a random id reused).
             raise Conflict(f"the database refused the write: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
+        self._follow_search()
+        return result
 
     def write_grouped(
         self, work: Callable[[WriteTx, Sequence[I]], Sequence[T | BaseException]], item: I
@@ -267,7 +275,25 @@ class SQLiteStorage:
             raise Conflict(f"the database refused the write: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
+        self._follow_search()
         return result
+
+    def _follow_search(self) -> None:
+        """After a commit: index the events gathered since the mark, once `BATCH` have (see
+        `sqlite_search`). The rows are built before the write lock is taken, and the commit
+        that got here has happened, so a failure here is not the caller's: the index stays as
+        it was, consistent, and the next append or search catches it up."""
+        search = self._search
+        if search is None or not search.due() or not search.following.acquire(blocking=False):
+            return
+        try:
+            gathered = search.gather(self._reader(), CATCH_UP_LIMIT, at_least=BATCH)
+            if gathered is not None:
+                self._store_gathered(search, gathered)
+        except (sqlite3.Error, StorageError):
+            pass
+        finally:
+            search.following.release()
 
     def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
         return self._turns.hold(tenant, session_id)
@@ -487,16 +513,25 @@ class SQLiteStorage:
 
     def index_pending(self, chunk: int = 4096) -> int:
         """Bring the search index up to the newest committed event; how many events were read."""
-        self._searchable()
+        search = self._searchable()
         total = 0
         while True:
-            rows = self._read(
-                "SELECT indexed_upto < (SELECT coalesce(max(event_id), 0) FROM events)"
-                " FROM search_state"
-            )
-            if not rows[0][0]:
+            # The rows are built from a snapshot before the write lock (see sqlite_search).
+            try:
+                gathered = search.gather(self._reader(), chunk)
+            except sqlite3.Error as exc:
+                raise StorageError(f"read failed: {exc}") from exc
+            if gathered is None:
                 return total
-            total += self.write(lambda tx: _sqlite_tx(tx).index_pending(chunk))
+            total += self._store_gathered(search, gathered)
+
+    def _store_gathered(self, search: SearchIndex, gathered: Gathered) -> int:
+        """`search.apply` in a write transaction of its own (as `write`, without following)."""
+        try:
+            result: int = self._group.submit(lambda tx: search.apply(_sqlite_tx(tx).conn, gathered))
+        except sqlite3.Error as exc:
+            raise StorageError(f"write failed: {exc}") from exc
+        return result
 
     def reindex(self) -> int:
         """Rebuild the search index from the journal (a database older than the index, or one

@@ -285,7 +285,7 @@ class SQLiteTx:
             )
         self._project(stored, {row.session_id: row.tenant for row in rows})
         if self.search is not None and self.appends_index and stored:
-            self.search.maybe_catch_up(self.conn, stored[-1].event_id)
+            self.search.note(stored[-1].event_id)  # indexed after the commit, if due
         return stored
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
@@ -301,7 +301,7 @@ class SQLiteTx:
         copied = [event_from_row(row) for row in rows]
         self._project(copied, None)
         if self.search is not None and self.appends_index and copied:
-            self.search.maybe_catch_up(self.conn, max(e.event_id for e in copied))
+            self.search.note(max(e.event_id for e in copied))
         return len(rows)
 
     def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
@@ -446,11 +446,6 @@ class SQLiteTx:
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
         )
         return count
-
-    def index_pending(self, limit: int) -> int:
-        """Bring the search index up to the newest events, at most `limit` of them; how many
-        were read (0: it is complete)."""
-        return 0 if self.search is None else self.search.catch_up(self.conn, limit)
 
     def clear_search_index(self) -> None:
         if self.search is not None:
