@@ -10,7 +10,7 @@ complete, and once `BATCH` events have gathered after it, the append that saw so
 after its own commit; every search first brings it up to the newest committed event. The index
 and its mark always move together, in one transaction, so a crash leaves them consistent.
 
-Turning text into index rows is most of the index's work (about 790,000 instructions a 4-event
+Turning text into index rows is most of the index's work (about 550,000 instructions a 4-event
 turn, against some 900,000 for all the rest of the append), and it needs no lock: `gather`
 reads the pending events from a snapshot and builds their rows before the write transaction,
 and `apply` stores them under the write lock if they still hold (no one moved the mark back or
