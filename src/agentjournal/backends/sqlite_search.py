@@ -92,6 +92,12 @@ class SearchIndex:
     def gather(self, reader: sqlite3.Connection, limit: int, at_least: int = 1) -> Gathered | None:
         """The index rows of up to `limit` events after the mark, read in one statement (one
         snapshot) and built here, with no lock held; None if fewer than `at_least` are pending."""
+        if at_least > 1:
+            # Another process may have indexed since the hint: the mark alone says whether to
+            # read any payload at all.
+            (self.upto_hint,) = reader.execute("SELECT indexed_upto FROM search_state").fetchone()
+            if self.newest_seen - self.upto_hint < at_least:
+                return None
         found = reader.execute(
             "SELECT (SELECT indexed_upto FROM search_state), event_id, type, payload FROM events"
             " WHERE event_id > (SELECT indexed_upto FROM search_state) ORDER BY event_id LIMIT ?",
