@@ -13,6 +13,8 @@ from agentjournal.search_text import (
     MAX_QUERY_CHARS,
     MAX_TERMS,
     Term,
+    _bigrams,
+    _runs,
     event_text,
     index_text,
     parse_query,
@@ -138,6 +140,24 @@ def test_index_text_keeps_every_spaced_word(text: str) -> None:
     for word in spaced:
         if all(ord(c) < 0x3040 for c in word):
             assert word in indexed
+
+
+# Letters, digits, underscores, punctuation, kana, Han (BMP and beyond) and other scripts mixed.
+_MIXED = st.text(
+    alphabet=st.sampled_from(
+        list("ab Z9_-.\n\u00e9\u0416\u3042\u30ab\u4e00\u8ba2\u5355\uf900\u3400")
+    )
+    | st.sampled_from(["\U00020000", "\U0003134f", "\U00031350", "\u3000", "\u00b2", "\u0663"])
+    | st.characters(),
+    max_size=200,
+)
+
+
+@given(_MIXED)
+def test_index_text_is_the_runs_with_unspaced_ones_as_bigrams(text: str) -> None:
+    # The definition, by the runs `snippet` and `parse_query` also use.
+    runs = [" ".join(_bigrams(run)) if unspaced else run for run, unspaced, _ in _runs(text)]
+    assert index_text(text) == (" ".join(runs) if any(u for _, u, _ in _runs(text)) else text)
 
 
 def test_scores_favour_more_occurrences_and_shorter_texts() -> None:

@@ -31,7 +31,9 @@ from psycopg import sql
 
 from agentjournal import Conflict, Event, Journal, StorageError
 from agentjournal.backends import EventRow
-from agentjournal.backends.postgres_write import CommitUnknown
+from agentjournal.backends.postgres import PostgresStorage, _notified
+from agentjournal.backends.postgres_rows import decode_position
+from agentjournal.backends.postgres_write import SETTLED, CommitUnknown
 from agentjournal.keys import ApiKeys
 from agentjournal.transfer import committed_events, export_lines
 from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, url_for
@@ -882,3 +884,41 @@ def test_an_idempotent_create_that_loses_the_race_at_the_unique_key_returns_the_
         [(session, created)] = outcome
         assert (session.session_id, session.title, created) == ("s", "same", False)
         assert [e.type for e in journal.events("s")] == ["session_created"]
+
+
+def test_a_commit_is_marked_settled_only_when_the_feed_shows_it_at_once(schema: str) -> None:
+    """A commit's notification says SETTLED only if no transaction older than its tx was running
+    (listeners then skip asking the server): not while an older transaction is open, and when it
+    does, a snapshot taken on receipt already shows the position. Unknown payloads wake anyway."""
+    assert _notified("") == (0, False)
+    assert _notified("not a position" + SETTLED) == (0, False)
+    assert _notified(f"{7 << 64 | 3}{SETTLED}") == (7, True)
+    assert _notified(f"{7 << 64 | 3}") == (7, False)
+    with (
+        Journal.open(url(schema)) as journal,
+        closing(connect(schema)) as listener,
+        closing(connect(schema)) as older,
+    ):
+        assert isinstance(journal.storage, PostgresStorage)
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(journal.storage.channel)))
+        sid = journal.create_session("settled").session_id
+        older.execute("BEGIN")
+        older.execute("SELECT pg_current_xact_id()")  # an id older than the next append's
+        held = journal.append(sid, "user_message", {"content": "behind an older transaction"})
+        older.execute("COMMIT")
+        appended = [journal.append(sid, "user_message", {"content": f"#{n}"}) for n in range(3)]
+        positions = [held.position] + [e.position for e in appended]
+        payloads: dict[str, str] = {}
+        for note in listener.notifies(timeout=10.0):
+            payloads[note.payload.removesuffix(SETTLED)] = note.payload
+            if note.payload.removesuffix(SETTLED) == positions[-1]:
+                break
+        assert payloads[held.position] == held.position, "an older transaction was running"
+        for payload, sent in payloads.items():
+            if sent.endswith(SETTLED):  # all transactions up to its tx have ended for good
+                tx = decode_position(payload)[0]
+                row = older.execute(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::text::xid8", (str(tx),)
+                ).fetchone()
+                assert row == (True,), "settled, yet an older transaction may still be running"
+        assert [e.position for e in journal.events_all(limit=10)][-4:] == positions

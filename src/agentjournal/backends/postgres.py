@@ -48,7 +48,7 @@ from agentjournal.backends.postgres_search import (
     longer_walk,
     match_fraction,
 )
-from agentjournal.backends.postgres_write import CommitUnknown, Control, PostgresTx
+from agentjournal.backends.postgres_write import SETTLED, CommitUnknown, Control, PostgresTx
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, StorageError
@@ -234,8 +234,15 @@ class PostgresStorage:
             if self._stop.is_set():
                 return
             for note in notes:
-                held = max(held, _notified_tx(note.payload))
+                # Settled: every transaction up to tx has ended (Control.commit), so the feed
+                # shows all that was held, with no need to ask the server. (Notifications come
+                # in commit order; an older transaction committing later would have been
+                # running at this one's commit, which then would not have been settled.)
+                tx, settled = _notified(note.payload)
+                held = -1 if settled and held <= tx else max(held, tx)
             if held < 0:
+                if notes:
+                    self.signal.notify()  # the feed shows it now
                 continue
             # On a pooled connection: the LISTEN connection runs nothing but LISTEN.
             with self._pool.connection() as pooled:
@@ -774,12 +781,16 @@ def _postgres_tx(tx: WriteTx) -> PostgresTx:
     return tx
 
 
-def _notified_tx(payload: str) -> int:
-    """The tx of a notification's position (0 for an empty or foreign payload: wake anyway)."""
+def _notified(payload: str) -> tuple[int, bool]:
+    """The tx of a notification's position (0 for an empty or foreign payload: wake anyway), and
+    whether the feed shows it already (`SETTLED`)."""
+    settled = payload.endswith(SETTLED)
+    if settled:
+        payload = payload[: -len(SETTLED)]
     try:
-        return decode_position(payload or None)[0]
+        return decode_position(payload or None)[0], settled
     except InvalidArgument:
-        return 0
+        return 0, False
 
 
 def _list(values: Collection[str] | None) -> list[str] | None:

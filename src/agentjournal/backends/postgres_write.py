@@ -41,7 +41,12 @@ from agentjournal.projection import Projection, Task
 from agentjournal.rules import SessionState
 from agentjournal.search_text import event_text, index_text
 
-__all__ = ["Control", "PostgresTx"]
+__all__ = ["SETTLED", "Control", "PostgresTx"]
+
+# The mark a commit's notification carries after its position when the feed shows that position
+# as soon as the commit is over (Control.commit). An instance that does not know it reads the
+# payload as no position at all, and wakes and asks the server as before.
+SETTLED: Final = " settled"
 
 
 def indexed_text(type_: str, payload: Mapping[str, Any]) -> str:
@@ -151,8 +156,18 @@ class Control:
         statement = "COMMIT"
         if self.tx.last_position:
             # Delivered on commit, to every instance LISTENing: the position, never the event.
-            # A position is digits only (encode_position), so it goes in as it is.
-            statement = f"{self._notify}'{self.tx.last_position}'); COMMIT"
+            # A position is digits only (encode_position), so it goes in as it is. SETTLED
+            # follows it when the position's tx is this transaction's own id and no older
+            # transaction is still running: then every transaction up to that tx has ended
+            # once this one has, and the global feed shows the position at once (listeners
+            # need not ask the server; see PostgresStorage._follow).
+            position = self.tx.last_position
+            tx = decode_position(position)[0]
+            statement = (
+                f"{self._notify}'{position}' || CASE WHEN"
+                f" pg_snapshot_xmin(pg_current_snapshot()) = '{tx}'::xid8"
+                f" THEN '{SETTLED}' ELSE '' END); COMMIT"
+            )
         try:
             _command(conn, statement)
         except psycopg.OperationalError as exc:

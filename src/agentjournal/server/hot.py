@@ -6,7 +6,8 @@ class negotiation: more CPU than the journal's own part on the event loop (bench
 wrk section). `HotAppend` sits inside `BodyGuard` (which has already counted, checked and parsed
 the body) and answers a well-formed append itself with the same steps the route takes: the body
 validated by the route's own models, the caller's key and rate limit, `append_events`, the same
-metrics and the same problem+json answers. Anything else — another route, a body the models
+metrics and the same problem+json answers, as (status, headers, body) sent as the two ASGI messages
+a `Response` would send, without making one. Anything else — another route, a body the models
 refuse, an empty body — goes on to FastAPI unchanged, so every error reads as before.
 """
 
@@ -17,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,11 +32,18 @@ from agentjournal.server.problems import (
 )
 from agentjournal.server.service import Service
 
-__all__ = ["HOT_PATH", "HotAppend", "append_events", "hot_response"]
+__all__ = [
+    "HOT_PATH",
+    "Answer",
+    "HotAppend",
+    "append_events",
+    "hot_answer",
+    "response_answer",
+    "send_answer",
+]
 
 # As Starlette compiles the route's "/v1/sessions/{session_id}/events".
 HOT_PATH = re.compile(r"/v1/sessions/([^/]+)/events")
-_BODY: TypeAdapter[AppendOne | AppendBatch] = TypeAdapter(AppendOne | AppendBatch)
 _MISSING = object()
 
 
@@ -44,20 +52,18 @@ _MISSING = object()
 _RESPONSE_JSON = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
 )
+_APPLICATION_JSON = (b"content-type", b"application/json")
+
+# An answer as ASGI sends it: (status, raw headers, body), the headers as a Starlette `Response`
+# lists them.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes | memoryview]
 
 
-class _AppendedResponse(JSONResponse):
-    """A JSONResponse, byte for byte, rendered by the encoder made once."""
-
-    def render(self, content: Any) -> bytes:
-        return _RESPONSE_JSON.encode(content).encode("utf-8")
-
-
-async def append_events(
+async def appended(
     service: Service, tenant: str, session_id: str, body: AppendOne | AppendBatch
-) -> JSONResponse:
+) -> Answer:
     """Append one event or a batch for the tenant: 201, or 200 with the original on an
-    idempotent repeat. The route and the hot path both answer with this."""
+    idempotent repeat; what `JSONResponse` would send (content-length, then content-type)."""
     started = time.perf_counter()
     # The fields of EventIn, as model_dump() gives them (the payload is the validated copy).
     if isinstance(body, AppendBatch):
@@ -68,35 +74,65 @@ async def append_events(
         session_id, batch, expected_seq=body.expected_seq
     )
     if created:
-        service.metrics.appended.inc(len(events))
-        service.metrics.append_seconds.observe(time.perf_counter() - started)
+        metrics = service.metrics
+        metrics.appended.inc(len(events))
+        metrics.append_seconds.observe(time.perf_counter() - started)
     # EventOut's fields are exactly Event.to_dict()'s, all JSON already.
     out: list[dict[str, Any]] = [event.to_dict() for event in events]
     rendered: dict[str, Any] | list[dict[str, Any]]
     rendered = {"events": out} if isinstance(body, AppendBatch) else out[0]
-    return _AppendedResponse(rendered, status_code=201 if created else 200)
+    content = _RESPONSE_JSON.encode(rendered).encode("utf-8")
+    headers = [(b"content-length", str(len(content)).encode("latin-1")), _APPLICATION_JSON]
+    return 201 if created else 200, headers, content
+
+
+class _Rendered(JSONResponse):
+    """A JSONResponse of JSON already rendered by `_RESPONSE_JSON`."""
+
+    def render(self, content: Any) -> bytes:
+        rendered: bytes = content
+        return rendered
+
+
+async def append_events(
+    service: Service, tenant: str, session_id: str, body: AppendOne | AppendBatch
+) -> JSONResponse:
+    """The route's answer: what `appended` sends, as a `JSONResponse`."""
+    status, _, content = await appended(service, tenant, session_id, body)
+    return _Rendered(content, status_code=status)
 
 
 def _event_fields(event: EventIn) -> dict[str, Any]:
     return {"type": event.type, "payload": event.payload, "idempotency_key": event.idempotency_key}
 
 
-async def hot_response(service: Service, scope: Scope) -> Response | None:
+def response_answer(response: Response) -> Answer:
+    """What `response` sends (none of the responses here has a background task)."""
+    return response.status_code, response.raw_headers, response.body
+
+
+async def hot_answer(service: Service, scope: Scope) -> Answer | None:
     """The answer to a well-formed append (`BodyGuard` has left its parsed body in the scope),
     with the route's own steps; None for anything else, which FastAPI answers."""
     parsed = scope.get(PARSED_BODY, _MISSING)
-    match = (
-        HOT_PATH.fullmatch(scope["path"])
-        if scope["type"] == "http"
-        and scope["method"] == "POST"
-        and parsed is not _MISSING
-        and not scope.get("root_path")
-        else None
-    )
+    if (
+        type(parsed) is not dict  # neither model takes anything but an object
+        or scope["type"] != "http"
+        or scope["method"] != "POST"
+        or scope.get("root_path")
+    ):
+        return None
+    match = HOT_PATH.fullmatch(scope["path"])
     if match is None:
         return None
     try:
-        body = _BODY.validate_python(parsed)
+        # `AppendOne | AppendBatch` tried in turn, as the route's union does: both refuse
+        # unknown fields and only a batch has (and needs) "events", so at most one can take it.
+        body: AppendOne | AppendBatch = (
+            AppendBatch.model_validate(parsed)
+            if "events" in parsed
+            else AppendOne.model_validate(parsed)
+        )
     except ValidationError:
         return None  # FastAPI words the 422 (after the key check)
     authorization = None
@@ -109,11 +145,18 @@ async def hot_response(service: Service, scope: Scope) -> Response | None:
         peer = scope.get("client")
         tenant, key_id = service.caller(authorization, peer and peer[0])
         service.admit(key_id)
-        return await append_events(service, tenant, match.group(1), body)
+        return await appended(service, tenant, match.group(1), body)
     except Problem as exc:
-        return raised_problem_response(exc)
+        return response_answer(raised_problem_response(exc))
     except JournalError as exc:
-        return journal_error_response(exc, scope["method"], scope["path"])
+        return response_answer(journal_error_response(exc, scope["method"], scope["path"]))
+
+
+async def send_answer(answer: Answer, send: Send) -> None:
+    """What `Response.__call__` sends (none of these has a background task)."""
+    status, headers, content = answer
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
 
 
 class HotAppend:
@@ -124,8 +167,8 @@ class HotAppend:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await hot_response(self.service, scope)
-        if response is None:
+        answer = await hot_answer(self.service, scope)
+        if answer is None:
             await self.app(scope, receive, send)
             return
-        await response(scope, receive, send)
+        await send_answer(answer, send)

@@ -72,7 +72,7 @@ class Service:
     agent_host: AgentHost | None = None
     metrics: Metrics = field(default_factory=Metrics)
     fanout: Fanout = field(default_factory=Fanout)
-    _known: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _known: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # tenant, id, until
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _streams: dict[str, int] = field(default_factory=dict)
     _tenants: dict[str, AsyncJournal] = field(default_factory=dict)
@@ -101,21 +101,23 @@ class Service:
         key = key.strip()
         now = time.monotonic()
         known = self._known.get(key)
-        if known is None or known[1] <= now:
+        if known is None or known[2] <= now:
             tenant = self.keys.tenant_of(key)
             if tenant is None:
                 self._known.pop(key, None)
                 raise _unauthorized("the API key is not valid (unknown, revoked or mistyped)")
-            known = self._known[key] = (tenant, now + _KEY_CACHE_SECONDS)
-        return known[0], key_id_of(key)
+            known = self._known[key] = (tenant, key_id_of(key), now + _KEY_CACHE_SECONDS)
+        return known[0], known[1]
 
     def admit(self, key_id: str) -> None:
         """Token bucket per key: `requests_per_second`, bursts up to `burst`."""
         now = time.monotonic()
-        bucket = self._buckets.setdefault(key_id, _Bucket(self.limits.burst, now))
+        limits = self.limits
+        bucket = self._buckets.get(key_id)
+        if bucket is None:
+            bucket = self._buckets[key_id] = _Bucket(limits.burst, now)
         bucket.tokens = min(
-            self.limits.burst,
-            bucket.tokens + (now - bucket.stamp) * self.limits.requests_per_second,
+            limits.burst, bucket.tokens + (now - bucket.stamp) * limits.requests_per_second
         )
         bucket.stamp = now
         if bucket.tokens < 1:

@@ -9,7 +9,10 @@ telemetry question once a second instead, and sends `POST /v1/sessions/{id}/even
 through the same steps the middleware stack gives it — the body read, counted, checked and parsed
 as `BodyGuard` does, the append answered as `HotAppend` does (key, rate limit, validation,
 metrics, problem+json), 4xx/5xx counted as `_CountErrors` does, an unexpected exception answered
-by the app's own 500 handler as `ServerErrorMiddleware` does. Anything the hot path does not
+by the app's own 500 handler as `ServerErrorMiddleware` does. The answer goes out as the two ASGI
+messages a `Response` sends, with no wrapper around `send`: its status is known before it is
+sent, so an error is counted there, and `ServerErrorMiddleware` is made only when something
+failed (wrapping every append in it cost a closure per `send`). Anything the hot path does not
 answer (an empty body, a body the route's models refuse) goes through the whole stack with the
 body replayed, so FastAPI words it as before. While telemetry is on, behind a `root_path` or with
 FastAPI's own `max_body_size`, every request takes FastAPI's way.
@@ -23,10 +26,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentjournal.server.body import PARSED_BODY, read_body, replaying
-from agentjournal.server.hot import HOT_PATH, hot_response
+from agentjournal.server.hot import HOT_PATH, Answer, hot_answer, response_answer, send_answer
 from agentjournal.server.service import Service
 
 __all__ = ["ServiceApp"]
@@ -43,7 +46,7 @@ class ServiceApp(FastAPI):
         super().__init__(*args, **kwargs)
         self._telemetry_off = False
         self._telemetry_checked_until = float("-inf")
-        self._direct_append: ASGIApp | None = None
+        self._direct_appends = 0  # how many appends were taken the direct way
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -63,11 +66,7 @@ class ServiceApp(FastAPI):
             and not scope.get("root_path")
             and HOT_PATH.fullmatch(scope["path"]) is not None
         ):
-            if self._direct_append is None:
-                self._direct_append = ServerErrorMiddleware(
-                    self._append, handler=self._error_handler(), debug=self.debug
-                )
-            await self._direct_append(scope, receive, send)
+            await self._append(scope, receive, send)
             return
         await self.middleware_stack(scope, receive, send)
 
@@ -93,30 +92,49 @@ class ServiceApp(FastAPI):
         return handler
 
     async def _append(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """`_CountErrors` → `BodyGuard` → `HotAppend`, in one call; FastAPI's whole stack (with
-        the body replayed, uncounted here: it counts its own) for what they pass on."""
+        """`ServerErrorMiddleware` → `_CountErrors` → `BodyGuard` → `HotAppend`, in one call,
+        the answer sent as the ASGI messages a `Response` sends; FastAPI's whole stack (with the
+        body replayed, uncounted here: it counts its own) for what they pass on."""
+        self._direct_appends += 1
         service: Service = self.state.service
-        read = await read_body(scope, receive, service.limits.max_body_bytes)
-        if read is None:
-            return  # the client went away mid-body: BodyGuard answers nothing either
-        body, outcome = read
-        response: Response | None
-        if isinstance(outcome, Response):
-            response = outcome
-        elif outcome is None:
-            response = None  # an empty body: FastAPI's 422
-        else:
-            scope[PARSED_BODY] = outcome.value
-            response = await hot_response(service, scope)
-        if response is None:
-            assert self.middleware_stack is not None
-            await self.middleware_stack(scope, replaying(body, receive), send)
-            return
-        errors = service.metrics.errors
+        started = False
+        try:
+            read = await read_body(scope, receive, service.limits.max_body_bytes)
+            if read is None:
+                return  # the client went away mid-body: BodyGuard answers nothing either
+            body, outcome = read
+            answer: Answer | None
+            if isinstance(outcome, Response):
+                answer = response_answer(outcome)
+            elif outcome is None:
+                answer = None  # an empty body: FastAPI's 422
+            else:
+                scope[PARSED_BODY] = outcome.value
+                answer = await hot_answer(service, scope)
+            if answer is not None:
+                status = answer[0]
+                if status >= 400:
+                    service.metrics.errors.labels(status=str(status)).inc()
+                started = True  # as ServerErrorMiddleware notes it: before the start is sent
+                await send_answer(answer, send)
+                return
+        except Exception as exc:
+            if started:
+                raise
+            # ServerErrorMiddleware's own answer (the app's 500 handler, or its debug page),
+            # made only when something failed; it raises the exception again for the server.
+            await ServerErrorMiddleware(
+                _raising(exc), handler=self._error_handler(), debug=self.debug
+            )(scope, receive, send)
+            raise
+        assert self.middleware_stack is not None
+        await self.middleware_stack(scope, replaying(body, receive), send)
 
-        async def counting(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                errors.labels(status=str(message["status"])).inc()
-            await send(message)
 
-        await response(scope, receive, counting)
+def _raising(exc: Exception) -> ASGIApp:
+    """An ASGI app that raises `exc` (for `ServerErrorMiddleware` to answer it)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise exc
+
+    return app
