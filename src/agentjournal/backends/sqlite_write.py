@@ -256,34 +256,35 @@ class SQLiteTx:
         )
 
     def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
-        values = [
-            (
+        params: list[Any] = []
+        tenants: dict[str, str] = {}
+        for row in rows:
+            event = row.event
+            params += (
                 row.tenant,
                 row.session_id,
                 row.seq,
-                row.event.type,
-                row.event.payload_json,
-                row.event.idempotency_key,
+                event.type,
+                event.payload_json,
+                event.idempotency_key,
                 row.created_at,
             )
-            for row in rows
-        ]
-        stored = []
-        for row, event_id in zip(rows, _insert_rows(self.conn, _INSERT_EVENT, values), strict=True):
-            event = row.event
-            stored.append(
-                Event(
-                    event_id,
-                    row.session_id,
-                    row.seq,
-                    event.type,
-                    event.payload,
-                    row.created_at,
-                    event.idempotency_key,
-                    str(event_id),
-                )
+            tenants[row.session_id] = row.tenant
+        ids = _insert_flat(self.conn, _INSERT_EVENT, 7, params)
+        stored = [
+            Event(
+                event_id,
+                row.session_id,
+                row.seq,
+                row.event.type,
+                row.event.payload,
+                row.created_at,
+                row.event.idempotency_key,
+                str(event_id),
             )
-        self._project(stored, {row.session_id: row.tenant for row in rows})
+            for row, event_id in zip(rows, ids, strict=True)
+        ]
+        self._project(stored, tenants)
         if self.search is not None and self.appends_index and stored:
             self.search.note(stored[-1].event_id)  # indexed after the commit, if due
         return stored
@@ -468,18 +469,29 @@ class SQLiteTx:
 
 def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> list[int]:
     """INSERT `rows` with `head` ("INSERT INTO t (...) VALUES "), `_ROWS_PER_INSERT` to a
-    statement; the rowids given to them, in order.
+    statement; the rowids given to them, in order."""
+    return _insert_flat(conn, head, len(rows[0]), list(chain.from_iterable(rows)))
+
+
+def _insert_flat(conn: sqlite3.Connection, head: str, width: int, params: list[Any]) -> list[int]:
+    """`_insert_rows` with the rows' values already in one flat list, `width` to a row.
 
     A statement's rows take consecutive rowids ending at its `lastrowid`: the writer holds the
     write lock, no trigger inserts into these tables, and an AUTOINCREMENT key fails rather than
     wraps."""
-    ids: list[int] = []
-    for start in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[start : start + _ROWS_PER_INSERT]
-        params = list(chain.from_iterable(chunk))
-        last = conn.execute(_statement(head, len(chunk[0]), len(chunk)), params).lastrowid
+    count = len(params) // width
+    if count <= _ROWS_PER_INSERT:  # a turn's rows: one statement, the list as it is
+        last = conn.execute(_statement(head, width, count), params).lastrowid
         assert last is not None
-        ids.extend(range(last - len(chunk) + 1, last + 1))
+        return list(range(last - count + 1, last + 1))
+    ids: list[int] = []
+    step = _ROWS_PER_INSERT * width
+    for start in range(0, len(params), step):
+        chunk = params[start : start + step]
+        rows = len(chunk) // width
+        last = conn.execute(_statement(head, width, rows), chunk).lastrowid
+        assert last is not None
+        ids.extend(range(last - rows + 1, last + 1))
     return ids
 
 
