@@ -37,6 +37,19 @@ def test_appends_index_in_batches_and_a_search_sees_the_rest(db_path: Path) -> N
         assert journal.verify().ok
 
 
+def test_a_storage_that_leaves_the_index_to_searches_appends_without_indexing(
+    db_path: Path,
+) -> None:
+    storage = sqlite_backend.SQLiteStorage(db_path, search_index=False)
+    with Journal(storage) as journal:
+        sid = journal.create_session("unindexed").session_id
+        for n in range(BATCH + 10):
+            journal.append(sid, "user_message", {"content": f"kittiwake {n}"})
+        assert indexed_upto(db_path) == 0  # past BATCH, and still nothing indexed
+        assert len(journal.search("kittiwake", limit=5).hits) == 5
+        assert indexed_upto(db_path) == BATCH + 11  # the search indexed everything first
+
+
 def matching(path: Path, term: str) -> list[int]:
     """The index's own rowids for `term`, whether or not their events still exist."""
     with closing(sqlite3.connect(path)) as conn:

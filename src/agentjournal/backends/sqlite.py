@@ -139,7 +139,8 @@ class SQLiteStorage:
         if self.wal is not None:
             self.wal.configure(self._writer)
         self.signal = CommitSignal()
-        self._group = GroupCommit(Control(self._writer, self.wal, self._search), self.signal.notify)
+        control = Control(self._writer, self.wal, self._search, appends_index=search_index)
+        self._group = GroupCommit(control, self.signal.notify)
         # In-process only: two servers on one file would not see each other's turns.
         self._turns = TurnHolds()
 
