@@ -115,14 +115,15 @@ def test_open_refuses_a_schema_newer_than_it_knows() -> None:
             Journal.open(url_for(schema))
 
 
-def test_version_3_upgrades_a_version_2_schema_and_checks_tx_once_per_statement(
+def test_a_version_2_schema_upgrades_and_checks_events_once_per_statement(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A schema written by a version-2 agentjournal (tx set row by row) opens, migrates to 3 and
-    goes on; from then on the writer sends each event's tx and the statement trigger checks it:
-    a wrong one, a missing session or another tenant's session is refused, a row without tx
-    still gets it from the row trigger, and a correction (a "supersedes" key, even spelled with
-    a JSON escape) leaves the open turn as it was."""
+    """A schema written by a version-2 agentjournal (tx set row by row, a foreign key per event)
+    opens, migrates and goes on; from then on the writer sends each event's tx and the statement
+    trigger checks it: a wrong one, a missing session or another tenant's session is refused, a
+    row without tx still gets it from the row trigger, and a correction (a "supersedes" key, even
+    spelled with a JSON escape) leaves the open turn as it was. A session with events can be
+    neither deleted nor re-keyed, as under the foreign key."""
     every = postgres._migrations()
     with fresh_schema() as schema:
         monkeypatch.setattr(postgres, "_migrations", lambda: every[:2])
@@ -162,6 +163,13 @@ def test_version_3_upgrades_a_version_2_schema_and_checks_tx_once_per_statement(
                     with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
                         conn.execute(insert, ("default", other, 2, '{"content": "x"}', right[0]))
                     conn.execute(insert, ("b", other, 2, '{"content": "x"}', right[0]))
+                for statement in (
+                    "DELETE FROM sessions WHERE session_id = %s",
+                    "UPDATE sessions SET tenant = 'c' WHERE session_id = %s",
+                    "UPDATE sessions SET session_id = 'sess_elsewhere' WHERE session_id = %s",
+                ):
+                    with pytest.raises(psycopg.errors.ForeignKeyViolation, match="has events"):
+                        conn.execute(statement, (other,))
                 escaped = f'{{"content": "fixed", "\\u0073upersedes": {seq - 1}}}'
                 conn.execute(insert, ("default", sid, seq + 1, escaped, None))
             assert not journal.get_session(sid).turn_open, "a correction is not a turn event"
