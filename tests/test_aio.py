@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
@@ -422,3 +424,32 @@ def test_every_public_verb_of_journal_has_an_async_twin() -> None:
             assert twin_signature.return_annotation == returns, name
         if name in vars(AsyncVerbs):
             assert twin.__doc__ == sync.__doc__, name
+
+
+def test_a_call_cancelled_before_it_started_never_runs(journal_url: str) -> None:
+    """Cancelling a verb's await while the call waits for a worker thread: it never runs (here
+    the append is not written), even when a worker frees up right after the cancel (the cancel
+    is seen at once, not a loop turn later); a call not cancelled returns its result."""
+
+    async def main() -> None:
+        journal = Journal.open(journal_url)
+        aj = AsyncJournal(journal, executor=ThreadPoolExecutor(1))  # one worker: calls queue
+        try:
+            sid = (await aj.create_session("cancelled")).session_id
+            gate = threading.Event()
+            busy = asyncio.ensure_future(aj._run(gate.wait))  # holds the only worker
+            append = asyncio.ensure_future(aj.append(sid, "user_message", {"content": "no"}))
+            await asyncio.sleep(0)  # both are submitted; the append waits behind the gate
+            append.cancel()
+            gate.set()
+            assert await busy is True
+            with pytest.raises(asyncio.CancelledError):
+                await append
+            kept = await aj.append(sid, "user_message", {"content": "yes"})
+            messages = [e for e in await aj.events(sid) if e.type == "user_message"]
+            assert messages == [kept]
+        finally:
+            await aj.close()
+            aj._pool.shutdown(wait=True)
+
+    asyncio.run(main())

@@ -26,6 +26,37 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[T],
+    fn: Callable[..., T],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+) -> None:
+    """On a worker: run `fn` unless its await was cancelled first, and settle `future` on its
+    loop with what it returned or raised (nothing to settle once the loop is closed)."""
+    if future.cancelled():
+        return
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_fail, future, exc)
+        return
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(_succeed, future, result)
+
+
+def _succeed(future: asyncio.Future[T], result: T) -> None:
+    if not future.cancelled():
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[T], exc: BaseException) -> None:
+    if not future.cancelled():
+        future.set_exception(exc)
+
+
 class AsyncVerbs:
     """The forwarding half of `AsyncJournal`, which provides `journal` and `_pool`."""
 
@@ -33,10 +64,14 @@ class AsyncVerbs:
     _pool: ThreadPoolExecutor
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        # Straight onto the pool: `run_in_executor` would add a `functools.partial` and a loop
-        # lookup, `asyncio.to_thread` a contextvars copy, on the event loop, per call.
-        # Cancelling the await still cancels a call that has not started.
-        return await asyncio.wrap_future(self._pool.submit(fn, *args, **kwargs))
+        # Straight onto the pool, the result handed back to the loop by the worker itself:
+        # `run_in_executor` would add a `functools.partial` and a loop lookup, `to_thread` a
+        # contextvars copy, `wrap_future` a second future chained to the pool's, on the event
+        # loop, per call. Cancelling the await still cancels a call that has not started.
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._pool.submit(_settle, loop, future, fn, args, kwargs)
+        return await future
 
     async def create_session(
         self,
