@@ -20,6 +20,7 @@ from agentjournal.errors import (
     SessionNotFound,
     StorageError,
     TaskNotFound,
+    TurnAbandoned,
     UnknownToolCall,
 )
 from agentjournal.events import Event, NewEvent
@@ -55,6 +56,7 @@ __all__ = [
     "Task",
     "TaskNotFound",
     "ToolCall",
+    "TurnAbandoned",
     "UnknownToolCall",
     "VerifyReport",
 ]

@@ -12,6 +12,7 @@
     ├── SessionClosed                       append to a deleted session             HTTP 409
     ├── ContextTooLarge      (ValueError)   not even the newest turn fits           HTTP 422
     ├── ModelError                          the agent's model failed or is down     HTTP 502
+    ├── TurnAbandoned                       a turn left open by a shutting down     HTTP 503
     ├── SearchUnavailable                   this database cannot search (no FTS5)   HTTP 501
     └── StorageError         (OSError)      the database could not do what we asked HTTP 503
 
@@ -35,6 +36,7 @@ __all__ = [
     "SessionNotFound",
     "StorageError",
     "TaskNotFound",
+    "TurnAbandoned",
     "UnknownToolCall",
 ]
 
@@ -112,6 +114,12 @@ class ModelError(JournalError):
     """The agent's model could not answer (unreachable, refused, or replied with nonsense).
 
     What the turn journaled so far stays; `resume_incomplete()` finishes the turn later."""
+
+
+class TurnAbandoned(JournalError):
+    """The turn was stopped without being ended (the server is shutting down): its model call
+    stopped, nothing of the reply was journaled, and the turn stays open for `finish_turn`
+    (resume, at the next start) to finish, as after a crash."""
 
 
 class SearchUnavailable(JournalError):

@@ -16,7 +16,7 @@ import pytest
 
 from agentjournal import Journal
 from agentjournal.demo.order_agent import FALLBACK, QUERY_ORDERS, SCRIPTS, build
-from agentjournal.errors import Conflict, ModelError
+from agentjournal.errors import Conflict, ModelError, TurnAbandoned
 from agentjournal.events import Event
 from agentjournal.runtime import (
     Agent,
@@ -24,6 +24,7 @@ from agentjournal.runtime import (
     ScriptedModel,
     TextDelta,
     ToolCallDelta,
+    TurnControl,
     resume_incomplete,
 )
 from agentjournal.runtime.anthropic_model import AnthropicModel
@@ -151,6 +152,37 @@ def test_a_cancel_journals_the_text_the_user_saw_as_an_interrupted_reply(
     assert context[-1] == {"role": "assistant", "content": GREETING[:6]}
     # The session takes the next turn.
     assert agent.run_turn(journal, session_id, "你好").reply == GREETING
+
+
+def test_an_abandoned_turn_journals_nothing_more_and_stays_open_for_resume(
+    tmp_path: Path,
+) -> None:
+    async def stall_at_fourth(number: int, chunk: ModelChunk) -> None:
+        if number == 3:
+            await asyncio.Event().wait()  # never set: only abandoning ends this call
+
+    path = tmp_path / "abandoned.db"
+    control = TurnControl()
+    agent = agent_with(on_chunk=stall_at_fourth)
+    seen: list[Any] = []
+
+    def on_delta(delta: Any) -> None:
+        seen.append(delta)
+        if len(seen) == 3:
+            control.abandon()
+
+    with Journal.open(path) as journal:
+        session_id = agent.create_session(journal, "s").session_id
+        with pytest.raises(TurnAbandoned):
+            agent.run_turn(journal, session_id, "你好", on_delta=on_delta, control=control)
+        # As after a crash: the user message, no reply, the turn open.
+        assert [e.type for e in journal.events(session_id, after=1)] == ["user_message"]
+        assert journal.get_session(session_id).turn_open is True
+    with Journal.open(path) as journal:  # the next start finishes it
+        report = resume_incomplete(journal, [agent_with()])
+        assert [result.session_id for result in report.finished] == [session_id]
+        assert journal.events(session_id, after=2)[-1].payload == {"content": GREETING}
+        assert journal.get_session(session_id).turn_open is False
 
 
 def test_a_cancel_before_any_delta_journals_an_empty_interrupted_reply(journal: Journal) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from agentjournal.errors import Conflict, InvalidArgument, ModelError
+from agentjournal.errors import Conflict, InvalidArgument, ModelError, TurnAbandoned
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import TURN_EVENTS, Session
@@ -218,12 +218,15 @@ class Agent:
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         for _ in range(self.max_steps):
             if turn.control is not None and turn.control.cancelled:
+                _raise_if_abandoned(turn.control)
                 return turn.finish("", usage, interrupted=True)
             messages = turn.journal.context(turn.session_id, max_tokens=self.max_context_tokens)
             assert isinstance(messages, list)
             try:
                 reply = self._ask(messages, turn)
             except TurnCancelled as cancelled:
+                if turn.control is not None:
+                    _raise_if_abandoned(turn.control)
                 # What the user saw becomes the reply, so the next call's context matches it.
                 return turn.finish(cancelled.seen, usage, interrupted=True)
             for key in usage:
@@ -375,3 +378,11 @@ class _Turn:
             payload["interrupted"] = True
         self.append("assistant_message", payload)
         return TurnResult(self.session_id, reply, self.events)
+
+
+def _raise_if_abandoned(control: TurnControl) -> None:
+    if control.abandoned:
+        raise TurnAbandoned(
+            "the turn was stopped unfinished (the server is shutting down); it stays open and"
+            " is finished when the agent resumes it"
+        )

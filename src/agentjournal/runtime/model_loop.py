@@ -71,6 +71,7 @@ class TurnControl:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cancelled = False
+        self._abandoned = False
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -78,12 +79,24 @@ class TurnControl:
     def cancelled(self) -> bool:
         return self._cancelled
 
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
     def cancel(self) -> None:
         with self._lock:
             self._cancelled = True
             task, loop = self._task, self._loop
         if task is not None and loop is not None:
             loop.call_soon_threadsafe(task.cancel)
+
+    def abandon(self) -> None:
+        """Stop the turn without ending it (a server shutting down): the model call in flight
+        stops as on `cancel`, but nothing more is journaled and the turn stays open, as after a
+        crash, for `finish_turn` to finish; the turn raises `TurnAbandoned`."""
+        with self._lock:
+            self._abandoned = True
+        self.cancel()
 
     def _attach(self, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop) -> bool:
         """Called on the model loop when a call starts; False if the turn is already cancelled."""

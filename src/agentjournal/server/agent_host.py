@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from agentjournal.errors import JournalError
@@ -45,8 +46,13 @@ class AgentHost:
         self.lease_seconds = lease_seconds
         self._pool = ThreadPoolExecutor(max_turns, thread_name_prefix="agentjournal-turn")
         self._running: set[tuple[str, str]] = set()
+        # The controls of the turns running now, and whether `stop` abandons them (a turn that
+        # starts after that is abandoned as it registers: both happen under `_lock`).
+        self._controls: set[TurnControl] = set()
+        self._abandoning = False
         self._unfinished: dict[str, str] = {}  # session id -> tenant, turns resume left open
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified as each turn ends
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.frames = TurnFrames()
@@ -73,9 +79,18 @@ class AgentHost:
             self._spawn(lambda: worker.run(self._stop), "agentjournal-worker")
 
     def stop(self, grace_seconds: float = 5.0) -> None:
-        """Let running turns finish, give the task in hand `grace_seconds`, then stop. A task
-        still running after that keeps its lease until it expires; the next start retries it."""
+        """Give running turns `grace_seconds` to finish, then abandon those still running: their
+        model calls stop, nothing half-written is journaled, and each turn stays open for the
+        next start to resume (as after a crash), so a model that stalls cannot hold shutdown.
+        The task in hand gets `grace_seconds` too; one still running after that keeps its
+        lease until it expires, and the next start retries it."""
         self._stop.set()
+        with self._idle:
+            self._idle.wait_for(lambda: not self._running, timeout=grace_seconds)
+            self._abandoning = True
+            controls = list(self._controls)
+        for control in controls:
+            control.abandon()
         self._pool.shutdown(wait=True)
         for thread in self._threads:
             thread.join(grace_seconds)
@@ -117,7 +132,7 @@ class AgentHost:
                     journal, session_id, text, idempotency_key=idempotency_key, on_event=on_event
                 )
             recorder = _Recorder(self.frames, journal.tenant, session_id, started)
-            with recorder:
+            with recorder, self._registered(recorder.control):
                 return self.agent.run_turn(
                     journal,
                     session_id,
@@ -130,6 +145,7 @@ class AgentHost:
         finally:
             with self._lock:
                 self._running.discard(key)
+                self._idle.notify_all()
 
     def _finish(self, journal: Journal, session_id: str) -> TurnResult | None:
         """`Agent.finish_turn`, streaming into `frames` as a new run of the turn, so a client
@@ -143,7 +159,7 @@ class AgentHost:
         # turn always reads from its user_message.
         for event in journal.events(session_id, after=turn - 1, limit=MAX_PAGE):
             log.event(event)
-        with recorder:
+        with recorder, self._registered(recorder.control):
             return self.agent.finish_turn(
                 journal,
                 session_id,
@@ -151,6 +167,19 @@ class AgentHost:
                 on_event=recorder.event,
                 control=recorder.control,
             )
+
+    @contextmanager
+    def _registered(self, control: TurnControl) -> Iterator[None]:
+        """`control` is abandoned by `stop` while this holds (at once, if it has begun)."""
+        with self._lock:
+            self._controls.add(control)
+            if self._abandoning:
+                control.abandon()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._controls.discard(control)
 
     def _resume(self) -> ResumeReport:
         return resume_incomplete(self.journal, [self.agent], all_tenants=True, finish=self._finish)

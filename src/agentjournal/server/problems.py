@@ -22,6 +22,7 @@ from agentjournal.errors import (
     SessionNotFound,
     StorageError,
     TaskNotFound,
+    TurnAbandoned,
     UnknownToolCall,
 )
 
@@ -51,6 +52,7 @@ _STATUS: list[tuple[type[JournalError], int, str]] = [
     (Conflict, 409, "Conflict"),
     (ModelError, 502, "Model failed"),
     (SearchUnavailable, 501, "Search unavailable"),
+    (TurnAbandoned, 503, "Shutting down"),
     (StorageError, 503, "Storage unavailable"),
 ]
 
