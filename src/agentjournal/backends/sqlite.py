@@ -10,6 +10,7 @@ transaction stays open while a subscriber waits and checkpoints are never starve
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -101,6 +102,9 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
         else:
             break
     return mode
+
+
+log = logging.getLogger("agentjournal.sqlite")
 
 
 class SQLiteStorage:
@@ -291,8 +295,8 @@ class SQLiteStorage:
             gathered = search.gather(self._reader(), CATCH_UP_LIMIT, at_least=BATCH)
             if gathered is not None:
                 self._store_gathered(search, gathered)
-        except (sqlite3.Error, StorageError):
-            pass
+        except (sqlite3.Error, StorageError) as exc:
+            log.warning("search index left to catch up later: %s", exc)
         finally:
             search.following.release()
 
