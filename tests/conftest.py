@@ -18,6 +18,18 @@ from postgres_fixtures import fresh_schema, url_for
 BACKENDS = ["sqlite", "postgres"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def hypothesis_unicode_tables() -> None:
+    # Hypothesis builds its Unicode tables (.hypothesis/unicode_data) on first use. In a fresh
+    # checkout that took 1-2 s inside the first test drawing text, whose too_slow health check
+    # then failed. Build them before any test runs (not while conftest loads: Hypothesis warns
+    # about storage touched during initialization).
+    from hypothesis.internal.charmap import charmap, intervals_from_codec
+
+    charmap()
+    intervals_from_codec("utf-8")
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
