@@ -43,6 +43,7 @@ from agentjournal.backends.sqlite_search import (
     fts5_available,
 )
 from agentjournal.backends.sqlite_search import CREATE as CREATE_SEARCH_INDEX
+from agentjournal.backends.sqlite_search import configure as configure_search_index
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
 from agentjournal.backends.sqlite_write import Control, SQLiteTx
 from agentjournal.backends.turn_holds import TurnHolds
@@ -237,6 +238,7 @@ class SQLiteStorage:
             return None
         try:
             self._writer.execute(CREATE_SEARCH_INDEX)
+            configure_search_index(self._writer)
         except sqlite3.Error as exc:
             self._writer.close()
             raise StorageError(f"cannot create the search index of {self.path!r}: {exc}") from exc

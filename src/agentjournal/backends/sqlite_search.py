@@ -26,18 +26,16 @@ import threading
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Final
 
 from agentjournal.search_text import event_text, index_text
 
-__all__ = ["BATCH", "CREATE", "Gathered", "SearchIndex", "fts5_available"]
+__all__ = ["BATCH", "CREATE", "Gathered", "SearchIndex", "configure", "fts5_available"]
 
 # Events gathered before an append indexes them; at most CATCH_UP_LIMIT are indexed after one
 # append (a database that predates the index catches up a little per append).
 BATCH: Final = 256
 CATCH_UP_LIMIT: Final = 1024
-_ROWS_PER_INSERT: Final = 128
 
 # detail=none: queries are sets of required terms (search_text), never phrases, so positions
 # would only make the index larger and every flush slower.
@@ -45,6 +43,25 @@ CREATE: Final = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS search_index USING fts5("
     "body, content='', detail=none, tokenize='unicode61')"
 )
+
+
+# How many segments a level of the index holds before FTS5 merges them into one, right in the
+# transaction that wrote the last. Written a batch at a time, the index was seen to keep up to
+# 16 (this setting's default) small segments side by side, FTS5's gradual merging (`automerge`)
+# never reaching them; each repeats the terms it shares with the others, and a search reads
+# every one. With 4 (and one segment per batch, `_insert`), the index's data took 254 bytes a
+# turn at 1,000 turns of the peers workload instead of 340 (bench/README.md, "Bytes per turn").
+CRISISMERGE: Final = 4
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    """Give the index its merge setting; FTS5 keeps it in the file, so this writes only once."""
+    found = conn.execute("SELECT v FROM search_index_config WHERE k = 'crisismerge'").fetchone()
+    if found is None or found[0] != CRISISMERGE:
+        conn.execute(
+            "INSERT INTO search_index (search_index, rank) VALUES ('crisismerge', ?)",
+            (CRISISMERGE,),
+        )
 
 
 def fts5_available(conn: sqlite3.Connection) -> bool:
@@ -147,13 +164,10 @@ class SearchIndex:
         return len(rows)
 
     def _insert(self, conn: sqlite3.Connection, values: list[tuple[int, str]], upto: int) -> None:
-        for start in range(0, len(values), _ROWS_PER_INSERT):
-            chunk = values[start : start + _ROWS_PER_INSERT]
-            conn.execute(
-                "INSERT INTO search_index (rowid, body) VALUES "
-                + ", ".join(["(?, ?)"] * len(chunk)),
-                list(chain.from_iterable(chunk)),
-            )
+        # One-row statements: a statement that inserts several rows opens a savepoint, and FTS5
+        # writes its pending terms out as a segment at every savepoint, so 128-row statements
+        # made two segments of every batch.
+        conn.executemany("INSERT INTO search_index (rowid, body) VALUES (?, ?)", values)
         self.upto_hint = upto
         conn.execute("UPDATE search_state SET indexed_upto = ?", (upto,))
 
