@@ -157,9 +157,85 @@ def test_a_message_row_naming_the_wrong_event_is_found_by_verify_and_rebuilt(
         )
     with Journal.open(db_path) as journal:
         report = journal.verify()
+        # The role is read from the event the row names too (version 6).
         assert [(d.table, d.key, d.field) for d in report.differences] == [
-            ("messages", f"{sid}/{first.seq}", "content")
+            ("messages", f"{sid}/{first.seq}", "role"),
+            ("messages", f"{sid}/{first.seq}", "content"),
         ]
         assert journal.verify(rebuild=True).rebuilt == [sid]
         assert journal.messages(sid) == before
         assert [m.content for m in before] == ["first, corrected", "second"]
+
+
+# A version 5 file as version 5 wrote it: role, time and a call's name copied into the rows.
+_V5_ROWS = """
+INSERT INTO sessions (session_id, tenant, title, created_at, updated_at, last_seq, last_event_id,
+ event_count, turn_open) VALUES ('s', 'default', 'v5', 1, 6, 6, 6, 6, 0);
+INSERT INTO events (tenant, session_id, seq, type, payload, created_at) VALUES
+ ('default', 's', 1, 'session_created', '{"title":"v5"}', 1),
+ ('default', 's', 2, 'user_message', '{"content":"你好,\\n订单?"}', 2),
+ ('default', 's', 3, 'tool_call', '{"arguments":"{}","call_id":"a","name":"f"}', 3),
+ ('default', 's', 4, 'tool_result', '{"call_id":"a","content":"42"}', 4),
+ ('default', 's', 5, 'assistant_message', '{"content":"好"}', 5),
+ ('default', 's', 6, 'user_message', '{"content":"你好!","supersedes":2}', 6);
+INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at, content_id) VALUES
+ ('s', 2, 'user', {user_tokens}, 6, 2, 6), ('s', 5, 'assistant', {assistant_tokens}, NULL, 5, 5);
+INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)
+ VALUES ('s', 'a', 'f', 3, 'ok', 4);
+"""
+
+
+def test_version_6_reads_the_role_time_and_name_a_version_5_file_copied(db_path: Path) -> None:
+    """Version 6 keeps a message's role and time, and a call's name, in their events only."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    for script in sqlite_backend._migrations()[:5]:
+        for statement in sqlite_backend._statements(script):
+            conn.execute(statement)
+    user_tokens = message_tokens("user", "你好!")
+    assistant_tokens = message_tokens("assistant", "好")
+    rows = _V5_ROWS.replace("{user_tokens}", str(user_tokens))
+    for statement in sqlite_backend._statements(
+        rows.replace("{assistant_tokens}", str(assistant_tokens))
+    ):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 5")
+    conn.close()
+    with Journal.open(db_path) as journal:
+        assert journal.verify().ok
+        assert journal.messages("s") == [
+            Message("s", 2, "user", "你好!", user_tokens, 6, 2),
+            Message("s", 5, "assistant", "好", assistant_tokens, None, 5),
+        ]
+        assert journal.tool_calls("s") == [ToolCall("s", "a", "f", "{}", 3, "ok", "42", 4)]
+        # A correction after the migration keeps the original's time, not its own.
+        journal.append("s", "assistant_message", {"content": "好的", "supersedes": 5})
+        assert [(m.role, m.created_at) for m in journal.messages("s")] == [
+            ("user", 2),
+            ("assistant", 5),
+        ]
+        assert journal.verify().ok
+    with sqlite3.connect(db_path) as conn:
+        messages = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+        calls = {row[1] for row in conn.execute("PRAGMA table_info(tool_calls)")}
+        assert conn.execute("SELECT seq, created_at FROM messages ORDER BY seq").fetchall() == [
+            (2, 2),
+            (5, 5),
+        ]
+        # The row and the database agree: a time is kept exactly when a correction is shown.
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE messages SET created_at = NULL WHERE seq = 2")
+    assert "role" not in messages
+    assert "name" not in calls
+
+
+def test_an_uncorrected_message_takes_its_role_and_time_from_its_event(db_path: Path) -> None:
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("lean").session_id
+        said = journal.append(sid, "assistant_message", {"content": "hello"})
+        journal.append(sid, "tool_call", {"call_id": "c", "name": "look_up", "arguments": "{}"})
+        assert [(m.role, m.created_at) for m in journal.messages(sid)] == [
+            ("assistant", said.created_at)
+        ]
+        assert [c.name for c in journal.tool_calls(sid)] == ["look_up"]
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT created_at FROM messages").fetchall() == [(None,)]

@@ -68,17 +68,17 @@ def test_verify_exit_codes_clean_differences_rebuilt_and_could_not(tmp_path: Pat
     assert report["tenants"]["default"]["events_checked"] == 14
 
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE messages SET role = 'tampered' WHERE seq = 2")
+        conn.execute("UPDATE messages SET tokens = 987654 WHERE seq = 2")
     found = aj("verify", "--db", str(db), "--json")
     assert found.returncode == 1
     differences = json.loads(found.stdout)["tenants"]["default"]["differences"]
     assert {(d["table"], d["field"], d["stored"]) for d in differences} == {
-        ("messages", "role", "tampered")
+        ("messages", "tokens", 987654)
     }
     assert len(differences) == 2  # one per session
     table = aj("verify", "--db", str(db))
     assert table.returncode == 1
-    assert "tampered" in table.stdout
+    assert "987654" in table.stdout
 
     rebuilt = aj("verify", "--db", str(db), "--rebuild")
     assert rebuilt.returncode == 0, rebuilt.stdout

@@ -35,15 +35,14 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     raw.execute("UPDATE messages SET tokens = 1 WHERE session_id = ? AND seq = 2", (sid,))
     raw.execute("DELETE FROM tool_calls WHERE session_id = ? AND call_id = 'call_1'", (sid,))
     # A row for a message the journal never had (SQLite's rows name the event holding their
-    # text, here none; PostgreSQL's hold the text, and name their tenant for RLS).
-    bogus: dict[str, object] = {"session_id": sid, "seq": 99, "role": "user", "tokens": 7}
+    # text, role and time, here none; PostgreSQL's hold them, and name their tenant for RLS).
+    bogus: dict[str, object] = {"session_id": sid, "seq": 99, "tokens": 7}
     if raw.backend == "postgres":
-        bogus |= {"tenant": "default", "content": "bogus"}
+        bogus |= {"tenant": "default", "content": "bogus", "role": "user", "created_at": 0}
     else:
         bogus["content_id"] = 10**9
     raw.execute(
-        f"INSERT INTO messages ({', '.join(bogus)}, created_at)"
-        f" VALUES ({', '.join('?' for _ in bogus)}, 0)",
+        f"INSERT INTO messages ({', '.join(bogus)}) VALUES ({', '.join('?' for _ in bogus)})",
         tuple(bogus.values()),
     )
     raw.execute("UPDATE sessions SET last_seq = 3, title = 'renamed' WHERE session_id = ?", (sid,))

@@ -43,13 +43,11 @@ _INSERT_EVENT: Final = (
     "INSERT INTO events (tenant, session_id, seq, type, payload, idempotency_key, created_at)"
     " VALUES "
 )
-# The text of a message or a call is read from its event (see sqlite_migrations/0004).
-_INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at, content_id)"
-    " VALUES "
-)
+# The text of a message or a call is read from its event (see sqlite_migrations/0004), and so
+# are a message's role and, until a correction is shown, its time (0006).
+_INSERT_MESSAGE: Final = "INSERT INTO messages (session_id, seq, tokens, content_id) VALUES "
 _INSERT_TOOL_CALL: Final = (
-    "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq) VALUES "
+    "INSERT INTO tool_calls (session_id, call_id, call_seq, status, result_seq) VALUES "
 )
 # A group's rows in statements of at most this many (each size is its own cached statement; 7
 # columns x 64 rows stays far below SQLite's limit on parameters).
@@ -322,23 +320,23 @@ class SQLiteTx:
             _insert_rows(
                 self.conn,
                 _INSERT_MESSAGE,
-                [
-                    (sid, seq, role, tokens, None, at, ids[(sid, seq)])
-                    for sid, seq, role, _, tokens, at in added
-                ],
+                [(sid, seq, tokens, ids[(sid, seq)]) for sid, seq, _, _, tokens, _ in added],
             )
         if rows.calls_opened:
             _insert_rows(
                 self.conn,
                 _INSERT_TOOL_CALL,
                 [
-                    (sid, call_id, name, call_seq, status, result_seq)
-                    for sid, call_id, name, _, call_seq, status, _, result_seq in rows.calls_opened
+                    (sid, call_id, call_seq, status, result_seq)
+                    for sid, call_id, _, _, call_seq, status, _, result_seq in rows.calls_opened
                 ],
             )
         if rows.messages_corrected:
             self.conn.executemany(
-                "UPDATE messages SET tokens = ?, edited_seq = ?, content_id = ?"
+                # The original's time, read from the event shown until now (the right-hand
+                # side sees the row as it was), then kept: the shown event is no longer it.
+                "UPDATE messages SET tokens = ?, edited_seq = ?, content_id = ?, created_at ="
+                " coalesce(created_at, (SELECT created_at FROM events WHERE event_id = content_id))"
                 " WHERE session_id = ? AND seq = ?",
                 [
                     (tokens, edited, ids[(sid, edited)], sid, seq)
@@ -392,18 +390,18 @@ class SQLiteTx:
             _INSERT_TASK, [task_values(task) for task in projection.tasks.values()]
         )
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at,"
-            " content_id) SELECT ?1, ?2, ?3, ?4, ?5, ?6, event_id FROM events"
-            " WHERE session_id = ?1 AND seq = coalesce(?5, ?2)",
+            "INSERT INTO messages (session_id, seq, tokens, edited_seq, created_at, content_id)"
+            " SELECT ?1, ?2, ?3, ?4, ?5, event_id FROM events"
+            " WHERE session_id = ?1 AND seq = coalesce(?4, ?2)",
             [
-                (sid, m.seq, m.role, m.tokens, m.edited_seq, m.created_at)
+                (sid, m.seq, m.tokens, m.edited_seq, None if m.edited_seq is None else m.created_at)
                 for m in projection.messages.values()
             ],
         )
         self.conn.executemany(
-            _INSERT_TOOL_CALL + _row_marks(6),
+            _INSERT_TOOL_CALL + _row_marks(5),
             [
-                (sid, t.call_id, t.name, t.call_seq, t.status, t.result_seq)
+                (sid, t.call_id, t.call_seq, t.status, t.result_seq)
                 for t in projection.tool_calls.values()
             ],
         )
