@@ -82,6 +82,18 @@ def test_statements_split_keeps_trigger_bodies_whole() -> None:
     assert all(sqlite3.complete_statement(s) for s in statements)
 
 
+def write_old_version(db_path: Path, version: int, rows: str) -> None:
+    """A file at schema `version` holding `rows`, as that version's code would have left it."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    for script in sqlite_backend._migrations()[:version]:
+        for statement in sqlite_backend._statements(script):
+            conn.execute(statement)
+    for statement in sqlite_backend._statements(rows):
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
 # A version 3 file as version 3 wrote it: the counters by trigger, the texts copied.
 _V3_ROWS = """
 INSERT INTO sessions (session_id, tenant, title, created_at, updated_at)
@@ -103,15 +115,8 @@ INSERT INTO tool_calls (session_id, call_id, name, arguments, call_seq, status, 
 def test_version_4_keeps_every_projection_row_of_a_version_3_file(db_path: Path) -> None:
     """Version 4 drops the texts `messages` and `tool_calls` copied from the events, and the
     per-event counters trigger: what the verbs return must not change."""
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    for script in sqlite_backend._migrations()[:3]:
-        for statement in sqlite_backend._statements(script):
-            conn.execute(statement)
     tokens = message_tokens("user", "你好!")
-    for statement in sqlite_backend._statements(_V3_ROWS.replace("{tokens}", str(tokens))):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 3")
-    conn.close()
+    write_old_version(db_path, 3, _V3_ROWS.replace("{tokens}", str(tokens)))
     with Journal.open(db_path) as journal:
         assert journal.verify().ok
         assert journal.messages("s") == [Message("s", 2, "user", "你好!", tokens, 6, 2)]
@@ -187,19 +192,10 @@ INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)
 
 def test_version_6_reads_the_role_time_and_name_a_version_5_file_copied(db_path: Path) -> None:
     """Version 6 keeps a message's role and time, and a call's name, in their events only."""
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    for script in sqlite_backend._migrations()[:5]:
-        for statement in sqlite_backend._statements(script):
-            conn.execute(statement)
     user_tokens = message_tokens("user", "你好!")
     assistant_tokens = message_tokens("assistant", "好")
     rows = _V5_ROWS.replace("{user_tokens}", str(user_tokens))
-    for statement in sqlite_backend._statements(
-        rows.replace("{assistant_tokens}", str(assistant_tokens))
-    ):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 5")
-    conn.close()
+    write_old_version(db_path, 5, rows.replace("{assistant_tokens}", str(assistant_tokens)))
     with Journal.open(db_path) as journal:
         assert journal.verify().ok
         assert journal.messages("s") == [
