@@ -87,12 +87,13 @@ CREATE INDEX events_by_tenant ON events (tenant, event_id);
 CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'context_compacted';
 CREATE TABLE messages (
     session_id TEXT NOT NULL REFERENCES sessions (session_id), seq INTEGER NOT NULL,
-    role TEXT NOT NULL, tokens INTEGER NOT NULL, edited_seq INTEGER,
-    created_at INTEGER NOT NULL, content_id INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
+    tokens INTEGER NOT NULL, edited_seq INTEGER,
+    created_at INTEGER CHECK ((created_at IS NULL) = (edited_seq IS NULL)),
+    content_id INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE tool_calls (
     session_id TEXT NOT NULL REFERENCES sessions (session_id), call_id TEXT NOT NULL,
-    name TEXT NOT NULL, call_seq INTEGER NOT NULL,
+    call_seq INTEGER NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'ok', 'error')),
     result_seq INTEGER, PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
@@ -257,18 +258,18 @@ class RawJournal:
                 if type_ in ROLES:
                     content = payload["content"]
                     execute(
-                        "INSERT INTO messages (session_id, seq, role, tokens, created_at,"
-                        " content_id) VALUES (?, ?, ?, ?, ?, ?)",
-                        (session_id, seq, ROLES[type_], len(content) // 3 + 4, now, event_id),
+                        "INSERT INTO messages (session_id, seq, tokens, content_id)"
+                        " VALUES (?, ?, ?, ?)",
+                        (session_id, seq, len(content) // 3 + 4, event_id),
                     )
                     usage = payload.get("usage") or {}
                     prompt += usage.get("prompt_tokens", 0)
                     completion += usage.get("completion_tokens", 0)
                 elif type_ == "tool_call":
                     execute(
-                        "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status)"
-                        " VALUES (?, ?, ?, ?, 'pending')",
-                        (session_id, payload["call_id"], payload["name"], seq),
+                        "INSERT INTO tool_calls (session_id, call_id, call_seq, status)"
+                        " VALUES (?, ?, ?, 'pending')",
+                        (session_id, payload["call_id"], seq),
                     )
                 elif type_ == "tool_result":
                     execute(
@@ -301,14 +302,15 @@ class RawReader:
 
     def messages(self, session_id: str, last: int) -> list[tuple[Any, ...]]:
         rows = self.conn.execute(
-            "SELECT m.session_id, m.seq, m.role, json_extract(e.payload, '$.content'), m.tokens,"
-            " m.edited_seq, m.created_at FROM messages AS m"
+            "SELECT m.session_id, m.seq, e.type, json_extract(e.payload, '$.content'), m.tokens,"
+            " m.edited_seq, coalesce(m.created_at, e.created_at) FROM messages AS m"
             " JOIN events AS e ON e.event_id = m.content_id"
             " WHERE m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
             (session_id, last),
         ).fetchall()
         rows.reverse()
-        return rows
+        # A message's role is the type of the event it shows (schema v6).
+        return [(sid, seq, ROLES.get(type_), *rest) for sid, seq, type_, *rest in rows]
 
     def payloads(self, session_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(

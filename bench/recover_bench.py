@@ -192,7 +192,8 @@ def naive(path: Path) -> tuple[float, set[str], set[str]]:
         user_last = conn.execute(
             "SELECT m.session_id FROM messages AS m"
             " JOIN (SELECT session_id, max(seq) AS seq FROM messages GROUP BY session_id) AS n"
-            " ON m.session_id = n.session_id AND m.seq = n.seq WHERE m.role = 'user'"
+            " ON m.session_id = n.session_id AND m.seq = n.seq"
+            " JOIN events AS e ON e.event_id = m.content_id WHERE e.type = 'user_message'"
         ).fetchall()
         pending = conn.execute(
             "SELECT DISTINCT session_id FROM tool_calls WHERE status = 'pending'"
