@@ -85,17 +85,13 @@ class SameSQL:
                 ).lastrowid
             )
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, tokens, edited_seq, created_at,"
-            " content_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                ("s", seq + 1, "user", 50, None, 1, ids[0]),
-                ("s", seq + 4, "assistant", 50, None, 1, ids[3]),
-            ],
+            "INSERT INTO messages (session_id, seq, tokens, content_id) VALUES (?, ?, ?, ?)",
+            [("s", seq + 1, 50, ids[0]), ("s", seq + 4, 50, ids[3])],
         )
         self.conn.executemany(
-            "INSERT INTO tool_calls (session_id, call_id, name, call_seq, status, result_seq)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [("s", call, "query_order_count", seq + 2, "ok", seq + 3)],
+            "INSERT INTO tool_calls (session_id, call_id, call_seq, status, result_seq)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [("s", call, seq + 2, "ok", seq + 3)],
         )
         self.conn.executemany(
             "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"

@@ -24,7 +24,7 @@ from agentjournal.runtime.streaming import (
 )
 from expected import a, t, u
 from fake_model_servers import Call, FakeAnthropic, Reply
-from helpers.model_streams import collect
+from helpers.model_streams import NO_TIMEOUT, STALL_TIMEOUT, collect
 
 ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "AGENTJOURNAL_MODEL")
 
@@ -192,20 +192,34 @@ def test_deltas_arrive_in_order_and_make_the_whole_reply(
 
 
 @pytest.mark.parametrize(
-    ("reply", "seen", "match"),
+    ("reply", "seen", "match", "timeout"),
     [
-        pytest.param(Reply(status=500), [], "answered 500", id="500-before"),
-        pytest.param(Reply(status=529), [], "answered 529", id="overloaded-before"),
+        pytest.param(Reply(status=500), [], "answered 500", NO_TIMEOUT, id="500-before"),
+        pytest.param(Reply(status=529), [], "answered 529", NO_TIMEOUT, id="overloaded-before"),
         pytest.param(
-            Reply(["a", "b", "c"], error_after=2), ["a", "b"], "error mid-stream", id="error-mid"
+            Reply(["a", "b", "c"], error_after=2),
+            ["a", "b"],
+            "error mid-stream",
+            NO_TIMEOUT,
+            id="error-mid",
         ),
         pytest.param(
-            Reply(["a", "b", "c"], drop_after=1), ["a"], "broke off the stream", id="dropped"
+            Reply(["a", "b", "c"], drop_after=1),
+            ["a"],
+            "broke off the stream",
+            NO_TIMEOUT,
+            id="dropped",
         ),
         pytest.param(
-            Reply(["a", "b"], stall=30, stall_after=1), ["a"], "timed out mid-stream", id="stall"
+            Reply(["a", "b"], stall=30, stall_after=1),
+            ["a"],
+            "timed out mid-stream",
+            STALL_TIMEOUT,
+            id="stall",
         ),
-        pytest.param(Reply(["a"], stall_before=30), [], "timed out before", id="stall-before"),
+        pytest.param(
+            Reply(["a"], stall_before=30), [], "timed out before", STALL_TIMEOUT, id="stall-before"
+        ),
     ],
 )
 def test_each_fault_is_a_model_error(
@@ -214,10 +228,11 @@ def test_each_fault_is_a_model_error(
     reply: Reply,
     seen: list[str],
     match: str,
+    timeout: float,
 ) -> None:
     fake.answer(reply)
 
-    chunks, error = collect(make(retries=0, timeout=0.5), [u("x")])
+    chunks, error = collect(make(retries=0, timeout=timeout), [u("x")])
 
     assert isinstance(error, ModelError)
     assert match in str(error)

@@ -28,6 +28,7 @@ from agentjournal.runtime import (
 )
 from expected import SEED_MESSAGES, a, settled_feed, t, u
 from fake_model_servers import Call, FakeOpenAI, Reply
+from helpers.model_streams import NO_TIMEOUT, STALL_TIMEOUT
 
 ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "AGENTJOURNAL_MODEL")
 LOOKUP_PARAMETERS = {
@@ -246,14 +247,21 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize(
-    ("reply", "match"),
+    ("reply", "match", "timeout"),
     [
-        pytest.param(Reply(status=500), "answered 500", id="http-500"),
-        pytest.param(Reply(status=401), "answered 401", id="http-401"),
-        pytest.param(Reply(["a", "b"], error_after=1), "error mid-stream", id="error-event"),
-        pytest.param(Reply(["a", "b"], drop_after=1), "broke off the stream", id="dropped"),
+        pytest.param(Reply(status=500), "answered 500", NO_TIMEOUT, id="http-500"),
+        pytest.param(Reply(status=401), "answered 401", NO_TIMEOUT, id="http-401"),
         pytest.param(
-            Reply(["a", "b"], stall=30, stall_after=1), "timed out mid-stream", id="stall"
+            Reply(["a", "b"], error_after=1), "error mid-stream", NO_TIMEOUT, id="error-event"
+        ),
+        pytest.param(
+            Reply(["a", "b"], drop_after=1), "broke off the stream", NO_TIMEOUT, id="dropped"
+        ),
+        pytest.param(
+            Reply(["a", "b"], stall=30, stall_after=1),
+            "timed out mid-stream",
+            STALL_TIMEOUT,
+            id="stall",
         ),
     ],
 )
@@ -263,9 +271,10 @@ def test_a_failed_answer_is_a_model_error_and_writes_only_the_user_message(
     models: Callable[..., OpenAIChatModel],
     reply: Reply,
     match: str,
+    timeout: float,
 ) -> None:
     fake.answer(reply)
-    agent = Agent(models("m", base_url=fake.base_url, retries=0, timeout=0.5))
+    agent = Agent(models("m", base_url=fake.base_url, retries=0, timeout=timeout))
     session = agent.create_session(journal)
 
     with pytest.raises(ModelError, match=match):
