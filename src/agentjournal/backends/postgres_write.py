@@ -127,7 +127,9 @@ class Control:
         self._connect = connect
         self._release = release
         self._channel = channel
-        self._begin = "BEGIN; SELECT set_config('agentjournal.tenant', '*', true)"
+        # SET LOCAL rather than SELECT set_config(..., true): the same transaction-scoped
+        # setting, without a query to plan and a row to send back (~20 µs of server CPU).
+        self._begin = "BEGIN; SET LOCAL agentjournal.tenant = '*'"
         if not synchronous:
             self._begin += "; SET LOCAL synchronous_commit = off"
         self._notify = f"SELECT pg_notify({sql.Literal(channel).as_string()}, "
