@@ -235,8 +235,8 @@ class PostgresStorage:
             for payload in notes:
                 # Settled: every transaction up to tx has ended (Control.commit), so the feed
                 # shows all that was held, with no need to ask the server. (Notifications come
-                # in commit order; an older transaction committing later would have been
-                # running at this one's commit, which then would not have been settled.)
+                # in commit order; an older transaction committing later was running when
+                # this one's events statement looked, so this one was not marked settled.)
                 tx, settled = _notified(payload)
                 held = -1 if settled and held <= tx else max(held, tx)
             if held < 0:
