@@ -239,20 +239,30 @@ class PostgresTx:
         # Still right after a savepoint's rollback (the value only depends on what the lock
         # saw); a stale one would be refused by the database, never stored.
         self.session_txs: dict[str, str] = {}
+        # One cursor per connection, kept across transactions: `conn.execute` makes a new one
+        # for every statement, ~10 µs of client CPU each (an append runs two).
+        self._cursors: dict[int, psycopg.Cursor[Any]] = {}
+
+    def _cursor(self) -> psycopg.Cursor[Any]:
+        conn = self.conn
+        assert conn is not None, "used outside a write transaction"
+        cursor = self._cursors.get(id(conn))
+        if cursor is None or cursor.connection is not conn:
+            # A new connection (perhaps at a closed one's address): forget the closed ones'.
+            for key in [k for k, c in self._cursors.items() if c.connection.closed]:
+                del self._cursors[key]
+            cursor = self._cursors[id(conn)] = conn.cursor()
+        return cursor
 
     def _rows(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        assert self.conn is not None, "used outside a write transaction"
-        return self.conn.execute(query, params).fetchall()
+        return self._cursor().execute(query, params).fetchall()
 
     def _run(self, query: str | sql.Composed, params: Sequence[Any] = ()) -> int:
-        assert self.conn is not None, "used outside a write transaction"
-        return self.conn.execute(query, params).rowcount
+        return self._cursor().execute(query, params).rowcount
 
     def _many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
-        assert self.conn is not None, "used outside a write transaction"
         if rows:
-            with self.conn.cursor() as cursor:
-                cursor.executemany(query, rows)
+            self._cursor().executemany(query, rows)
 
     # -- look-ups for the rules -------------------------------------------------------------
 
@@ -520,8 +530,7 @@ class PostgresTx:
             sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(f)) for f in fields),
             sql.Identifier(key),
         )
-        assert self.conn is not None, "used outside a write transaction"
-        self.conn.execute(statement, (*fields.values(), value))
+        self._cursor().execute(statement, (*fields.values(), value))
 
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         session = projection.session
