@@ -150,7 +150,10 @@ class PostgresStorage:
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
         self.signal = CommitSignal()
         self._synchronous = durability == "full"
-        self._group = GroupCommit(self._control(), self.signal.notify)
+        # Group commit's transactions on a connection of their own, outside the pool (whose size
+        # stays what readers and plain writes have); behind a transaction-mode pooler, pooled.
+        self._grouped = self._control(own=None if self.pooled else self._own_connection)
+        self._group = GroupCommit(self._grouped, self.signal.notify)
         # Turns held across instances by session-level advisory locks on one connection of ours:
         # if this process dies, PostgreSQL ends the connection and the locks with it. Behind a
         # transaction-mode pooler a session-level lock means nothing: holds stay in-process.
@@ -165,6 +168,15 @@ class PostgresStorage:
             self._listener.start()
 
     # -- connections ------------------------------------------------------------------------
+
+    def _own_connection(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        try:
+            self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         self._scopes.pop(id(conn), None)  # a new connection may reuse a closed one's id
@@ -304,6 +316,7 @@ class PostgresStorage:
             with contextlib.suppress(psycopg.Error), self._pool.connection() as conn:
                 conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
             self._listener.join(timeout=5)
+        self._grouped.close()
         self._pool.close()
 
     # -- writes -----------------------------------------------------------------------------
@@ -328,13 +341,14 @@ class PostgresStorage:
         self.signal.notify()
         return result
 
-    def _control(self) -> Control:
+    def _control(self, own: Callable[[], psycopg.Connection[Any]] | None = None) -> Control:
         return Control(
             self._pool.getconn,
             self._pool.putconn,
             self.channel,
             self._synchronous,
             self._search_index,
+            own,
         )
 
     def write_grouped(
