@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -25,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool
 
 from agentjournal.backends import ApiKeyRow, WriteTx
@@ -149,7 +150,10 @@ class PostgresStorage:
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
         self.signal = CommitSignal()
         self._synchronous = durability == "full"
-        self._group = GroupCommit(self._control(), self.signal.notify)
+        # Group commit's transactions on a connection of their own, outside the pool (whose size
+        # stays what readers and plain writes have); behind a transaction-mode pooler, pooled.
+        self._grouped = self._control(own=None if self.pooled else self._own_connection)
+        self._group = GroupCommit(self._grouped, self.signal.notify)
         # Turns held across instances by session-level advisory locks on one connection of ours:
         # if this process dies, PostgreSQL ends the connection and the locks with it. Behind a
         # transaction-mode pooler a session-level lock means nothing: holds stay in-process.
@@ -164,6 +168,15 @@ class PostgresStorage:
             self._listener.start()
 
     # -- connections ------------------------------------------------------------------------
+
+    def _own_connection(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        try:
+            self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         self._scopes.pop(id(conn), None)  # a new connection may reuse a closed one's id
@@ -228,17 +241,15 @@ class PostgresStorage:
     def _follow(self, conn: psycopg.Connection[Any]) -> None:
         held = -1  # the newest notified tx the feed may not show yet (-1: none)
         while not self._stop.is_set():
-            notes = list(conn.notifies(timeout=1.0 if held < 0 else 0.02, stop_after=1))
-            if notes:
-                notes += conn.notifies(timeout=0)  # and whatever else is waiting
+            notes = _notes(conn, 1.0 if held < 0 else 0.02)
             if self._stop.is_set():
                 return
-            for note in notes:
+            for payload in notes:
                 # Settled: every transaction up to tx has ended (Control.commit), so the feed
                 # shows all that was held, with no need to ask the server. (Notifications come
-                # in commit order; an older transaction committing later would have been
-                # running at this one's commit, which then would not have been settled.)
-                tx, settled = _notified(note.payload)
+                # in commit order; an older transaction committing later was running when
+                # this one's events statement looked, so this one was not marked settled.)
+                tx, settled = _notified(payload)
                 held = -1 if settled and held <= tx else max(held, tx)
             if held < 0:
                 if notes:
@@ -305,6 +316,7 @@ class PostgresStorage:
             with contextlib.suppress(psycopg.Error), self._pool.connection() as conn:
                 conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
             self._listener.join(timeout=5)
+        self._grouped.close()
         self._pool.close()
 
     # -- writes -----------------------------------------------------------------------------
@@ -329,13 +341,14 @@ class PostgresStorage:
         self.signal.notify()
         return result
 
-    def _control(self) -> Control:
+    def _control(self, own: Callable[[], psycopg.Connection[Any]] | None = None) -> Control:
         return Control(
             self._pool.getconn,
             self._pool.putconn,
             self.channel,
             self._synchronous,
             self._search_index,
+            own,
         )
 
     def write_grouped(
@@ -779,6 +792,27 @@ def _search_filters(where: SearchFilter) -> tuple[tuple[str, list[Any]], tuple[s
 def _postgres_tx(tx: WriteTx) -> PostgresTx:
     assert isinstance(tx, PostgresTx)
     return tx
+
+
+def _notes(conn: psycopg.Connection[Any], timeout: float) -> list[str]:
+    """The payloads of the notifications waiting on `conn` or, if none is, of those that arrive
+    within `timeout` seconds, read through libpq: the listener wakes after every commit, and
+    psycopg's `notifies()` (a generator, a wait, a second call for what else is waiting) cost it
+    several times the CPU of a select and a read, on the cores the writers need."""
+    pgconn = conn.pgconn
+    pgconn.consume_input()
+    notes = _drain(pgconn, conn.info.encoding)
+    if not notes and select.select([pgconn.socket], [], [], timeout)[0]:
+        pgconn.consume_input()  # raises OperationalError if the connection is gone
+        notes = _drain(pgconn, conn.info.encoding)
+    return notes
+
+
+def _drain(pgconn: pq.abc.PGconn, encoding: str) -> list[str]:
+    notes = []
+    while (note := pgconn.notifies()) is not None:
+        notes.append(note.extra.decode(encoding, "replace"))
+    return notes
 
 
 def _notified(payload: str) -> tuple[int, bool]:
