@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar
 from agentjournal.backends import ApiKeyRow, WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.projection_rows import task_from_row
+from agentjournal.backends.sqlite_lock import WriterLock
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     MESSAGE_SELECT,
@@ -144,7 +145,14 @@ class SQLiteStorage:
         if self.wal is not None:
             self.wal.configure(self._writer)
         self.signal = CommitSignal()
-        control = Control(self._writer, self.wal, self._search, appends_index=search_index)
+        try:
+            self._lock = WriterLock(self.path + "-lock")
+        except StorageError:
+            self._writer.close()
+            raise
+        control = Control(
+            self._writer, self._lock, self.wal, self._search, appends_index=search_index
+        )
         self._group = GroupCommit(control, self.signal.notify)
         # In-process only: two servers on one file would not see each other's turns.
         self._turns = TurnHolds()
@@ -255,6 +263,7 @@ class SQLiteStorage:
         for conn in readers:
             conn.close()
         self._writer.close()
+        self._lock.close()
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from agentjournal.backends.projection_rows import (
     task_from_row,
     task_values,
 )
+from agentjournal.backends.sqlite_lock import WriterLock
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
     TASK_COLUMNS,
@@ -65,11 +66,13 @@ _INSERT_TASK: Final = (
 
 
 class Control:
-    """Transaction statements on the writer connection, for group commit."""
+    """Transaction statements on the writer connection, for group commit. `lock` is held from
+    before BEGIN to after COMMIT or ROLLBACK (see `sqlite_lock`)."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
+        lock: WriterLock,
         wal: WalLimit | None = None,
         search: SearchIndex | None = None,
         *,
@@ -78,18 +81,31 @@ class Control:
         self.conn = conn
         self.tx = SQLiteTx(conn, search, appends_index=appends_index)
         self.wal = wal
+        self.lock = lock
 
     def begin(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.lock.acquire()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
 
     def commit(self) -> None:
-        self.conn.execute("COMMIT")
+        try:
+            self.conn.execute("COMMIT")
+        finally:
+            if not self.conn.in_transaction:  # else rollback() releases it
+                self.lock.release()
         if self.wal is not None:
             self.wal.after_commit(self.conn)
 
     def rollback(self) -> None:
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        finally:
+            self.lock.release()
 
     def savepoint(self) -> None:
         self.conn.execute("SAVEPOINT request")

@@ -380,6 +380,6 @@ def main(db: str | None = None, *, keep: bool = False) -> int:
         where = f"Database: {path}" + ("" if keep or db else " (removed)")
         console.print(f"{verdict} in {time.perf_counter() - started:.1f} s. {where}")
         if db and not keep:
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-wal", "-shm", "-lock"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
     return 0 if ok else 1
