@@ -19,15 +19,19 @@ So a writer waits for as long as the holder's transaction lasts. A holder stoppe
 of a write (SIGSTOP, a debugger) keeps the others waiting until it goes on or exits, where
 SQLite's busy timeout would have failed them after a minute. Writers that do not take this lock
 (another program, an older agentjournal) are still kept out by SQLite's lock and its busy
-timeout; they only miss the fast hand-off.
+timeout; they only miss the fast hand-off. Windows has no `flock`: there, writers wait in
+SQLite's busy handler alone.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
+import sys
 
 from agentjournal.errors import StorageError
+
+if sys.platform != "win32":
+    import fcntl
 
 __all__ = ["WriterLock"]
 
@@ -37,18 +41,25 @@ class WriterLock:
     of one process on one file take turns like two processes."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        if sys.platform == "win32":
+            return
         try:
             # Read-only is enough for flock, and works on a lock file another user made.
             self._fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open the writers' lock file {path!r}: {exc}") from exc
-        self.path = path
 
     def acquire(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)  # Python lets go of the GIL while this blocks
+        if sys.platform != "win32" and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # Python lets go of the GIL while this blocks
 
     def release(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if sys.platform != "win32" and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        os.close(self._fd)  # and with it any hold
+        if self._fd is not None:
+            os.close(self._fd)  # and with it any hold
+            self._fd = None
