@@ -10,7 +10,7 @@ So every agentjournal writer also holds an advisory `flock` on `<database>-lock`
 `BEGIN IMMEDIATE` to after its `COMMIT` or `ROLLBACK`. A writer that finds it taken blocks in
 the kernel and runs the moment it is released, or when its holder dies: the kernel drops the
 lock with the process, so a killed writer never leaves it behind. Measured with 4 processes on
-one file, this took the lock's idle time out of the hand-off (bench/README.md, "One lock file for
+one file, this took the lock's idle time out of the hand-off (bench/README.md, "one lock file for
 the writers of every process").
 
 The wait has no timeout. Waiting in another thread to add one cost more than it saved: waking
