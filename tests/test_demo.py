@@ -53,7 +53,7 @@ def test_demo_kills_three_times_and_every_check_passes(
     assert re.search(r"by attempt 2: it continued from step [1-9] of 10", finished), finished
     assert "✗" not in result.stdout
     assert "all checks passed" in result.stdout
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-lock"):
         assert not Path(f"{db}{suffix}").exists()  # the demo cleans up after itself
 
 

@@ -6,16 +6,22 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentjournal import Conflict, Journal
+from agentjournal import Conflict, Journal, StorageError
+from agentjournal.backends.group_commit import GroupCommit
+from agentjournal.backends.sqlite import SQLiteStorage
+from agentjournal.backends.sqlite_lock import WriterLock
+from agentjournal.backends.sqlite_write import Control
 
 WAIT = 30.0  # bound on every wait; never an expected duration
 
@@ -143,3 +149,128 @@ def test_two_journals_of_one_process_on_one_file_take_turns(tmp_path: Path) -> N
             mine = [e.payload["content"] for e in events if e.payload.get("content", "")[:1] == tag]
             assert mine == [f"{tag} {n}" for n in range(50)]
         assert first.verify().ok
+
+
+def test_the_lock_file_is_held_from_begin_to_commit(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    storage = SQLiteStorage(path)
+    try:
+        inside = storage.write(lambda tx: not lock_is_free(Path(f"{path}-lock")))
+        assert inside
+        assert lock_is_free(Path(f"{path}-lock"))
+    finally:
+        storage.close()
+
+
+class FailingConnection:
+    """The writer connection, with one statement made to fail: before it runs ("raise"), or
+    after rolling the transaction back ("rolled back"), as SQLite does on some errors."""
+
+    def __init__(self, conn: sqlite3.Connection, fail: dict[str, str]) -> None:
+        self.conn = conn
+        self.fail = fail
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        how = self.fail.get(sql)
+        if how == "rolled back":
+            self.conn.execute("ROLLBACK")
+        if how is not None:
+            raise sqlite3.OperationalError(f"{sql} failed (injected)")
+        return self.conn.execute(sql, *args)
+
+
+@pytest.mark.parametrize(
+    ("fail", "work_raises"),
+    [
+        ({}, False),
+        ({}, True),
+        ({"BEGIN IMMEDIATE": "raise"}, False),
+        ({"COMMIT": "raise"}, False),
+        ({"COMMIT": "rolled back"}, False),
+        ({"COMMIT": "raise", "ROLLBACK": "raise"}, False),
+        ({"ROLLBACK": "raise"}, True),
+    ],
+    ids=[
+        "commits",
+        "work raises",
+        "BEGIN fails",
+        "COMMIT fails",
+        "COMMIT fails and rolls back",
+        "COMMIT and ROLLBACK fail",
+        "work raises and ROLLBACK fails",
+    ],
+)
+def test_every_way_a_transaction_ends_lets_the_lock_file_go(
+    tmp_path: Path, fail: dict[str, str], work_raises: bool
+) -> None:
+    path = tmp_path / "plain.db"
+    with closing(sqlite3.connect(path, isolation_level=None, check_same_thread=False)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x)")
+        lock = WriterLock(str(path))
+        control = Control(FailingConnection(conn, fail), lock)  # type: ignore[arg-type]
+        group = GroupCommit(control, lambda: None)
+        seen_inside: list[bool] = []
+
+        def work(tx: object) -> str:
+            seen_inside.append(lock_is_free(Path(f"{path}-lock")))
+            conn.execute("INSERT INTO t VALUES (1)")
+            if work_raises:
+                raise ValueError("refused")
+            return "done"
+
+        try:
+            outcome: object = group.submit(work)
+        except (ValueError, StorageError, sqlite3.Error) as exc:
+            outcome = exc
+        if conn.in_transaction:  # left open only where ROLLBACK itself failed
+            conn.execute("ROLLBACK")
+        assert lock_is_free(Path(f"{path}-lock"))
+        assert seen_inside in ([], [False])  # held while the work ran
+        written = conn.execute("SELECT count(*) FROM t").fetchone()[0]
+        assert (outcome == "done") == (written == 1), (outcome, written)
+        lock.close()
+
+
+# A writer mid-write that has forked a child: killed, it must not leave its hold to the child.
+FORK_THEN_HOLD = """
+import os, sys, time
+from agentjournal.backends.sqlite import SQLiteStorage
+storage = SQLiteStorage(sys.argv[1])
+read_end, write_end = os.pipe()
+child = os.fork()
+if child == 0:
+    os.read(read_end, 1)  # lives until the test lets it go
+    os._exit(0)
+print(child, flush=True)
+def hold(tx):
+    print("held", flush=True)
+    time.sleep(60)
+storage.write(hold)
+"""
+
+
+def test_a_killed_writer_leaves_no_hold_behind_in_a_child_it_forked(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    Journal.open(path).close()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", FORK_THEN_HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    child = int(writer.stdout.readline())
+    try:
+        assert writer.stdout.readline() == "held\n"
+        assert not lock_is_free(Path(f"{path}-lock"))
+        writer.kill()
+        writer.wait(timeout=WAIT)
+        os.kill(child, 0)  # the child still lives
+        assert lock_is_free(Path(f"{path}-lock"))
+    finally:
+        writer.kill()
+        writer.wait(timeout=WAIT)
+        writer.stdout.close()
+        os.kill(child, signal.SIGKILL)

@@ -173,7 +173,9 @@ class GroupCommit(Generic[Tx]):
         try:
             control.commit()
         except BaseException as exc:
-            control.rollback()
+            # A rollback that fails too must not turn the commit's failure into a success.
+            with contextlib.suppress(BaseException):
+                control.rollback()
             failure = control.failed_commit(exc)
             for request in batch:
                 if request.error is None:

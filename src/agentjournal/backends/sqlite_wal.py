@@ -18,6 +18,7 @@ the file as well.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["DEFAULT_WAL_LIMIT_BYTES", "WalLimit"]
+
+log = logging.getLogger("agentjournal.sqlite")
 
 DEFAULT_WAL_LIMIT_BYTES: Final = 32 * 1024 * 1024
 CHECKPOINT_WAIT_MS: Final = 100
@@ -61,13 +64,23 @@ class WalLimit:
         conn.execute(f"PRAGMA journal_size_limit = {self.limit_bytes}")
 
     def after_commit(self, conn: sqlite3.Connection) -> None:
+        """Called after each commit that has happened: a failure here is logged, never the
+        commit's."""
         try:
             size = os.stat(self.wal_path).st_size
         except FileNotFoundError:
             return
+        except OSError as exc:
+            log.warning("cannot read the size of %s: %s", self.wal_path, exc)
+            return
         if size <= self.limit_bytes or time.monotonic() < self._not_before:
             return
-        if self.truncate(conn):
+        try:
+            emptied = self.truncate(conn)
+        except sqlite3.Error as exc:
+            log.warning("could not empty %s: %s", self.wal_path, exc)
+            emptied = False
+        if emptied:
             self._backoff = 0.0
         else:
             self._backoff = min(MAX_BACKOFF_S, self._backoff * 2 or FIRST_BACKOFF_S)

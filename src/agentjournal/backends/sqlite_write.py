@@ -94,11 +94,13 @@ class Control:
     def commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
+            if self.wal is not None:
+                # Before letting the other processes' writers in: its TRUNCATE checkpoint waits
+                # for SQLite's write lock in the busy handler, which they would keep taking.
+                self.wal.after_commit(self.conn)
         finally:
             if not self.conn.in_transaction:  # else rollback() releases it
                 self.lock.release()
-        if self.wal is not None:
-            self.wal.after_commit(self.conn)
 
     def rollback(self) -> None:
         try:
