@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -45,7 +45,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from agentjournal import Journal, NewEvent, Task
+from agentjournal import Journal, JournalError, NewEvent, Task
 from postgres_fixtures import POOL_RANDOM, fresh_schema, url_for
 from reference_journal import (
     OPEN,
@@ -202,9 +202,21 @@ class JournalMachine(RuleBasedStateMachine):
         self.updates: list[tuple[str, str | None, str | None, str]] = []  # keyed, to repeat
         self.other = self.journal.for_tenant(self.journal.tenant + "-other")
         self.foreign: list[str] = []  # tasks of tenant "other": never this journal's
+        if self.backend == "postgres":
+            self.cleanup.callback(self.purge_example)
 
     def teardown(self) -> None:
         self.cleanup.close()
+
+    def purge_example(self) -> None:
+        """Leave the shared schema as this example found it. `verify` checks the whole database
+        for search index rows without their event; kept growing over 500 examples, that one
+        query became most of the run (and quadratic in it). Best effort, as removing a SQLite
+        example's file is: a failure here is not what the machine checks."""
+        for journal in (self.journal, self.other):
+            with suppress(JournalError):
+                for session in journal.sessions(status="all", limit=EVERYTHING):
+                    journal.purge_session(session.session_id, actor="model teardown")
 
     # -- helpers ----------------------------------------------------------------------------
 
