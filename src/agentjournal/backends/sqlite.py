@@ -3,9 +3,9 @@
 Every write runs in `BEGIN IMMEDIATE` on the single writer connection, so a transaction never has
 to upgrade a read lock (the deferred upgrade that fails with "database is locked" at once, whatever
 the busy timeout). Other processes' writers on the same file queue on a lock file beside it
-(`sqlite_lock`), and on SQLite's busy handler behind that. Readers use
-their own connections, one per thread, in autocommit mode: each read is one statement, so no read
-transaction stays open while a subscriber waits and checkpoints are never starved.
+(`sqlite_lock`), and on SQLite's busy handler behind that. Readers use their own connections,
+one per thread, in autocommit mode: each read is one statement, so no read transaction stays
+open while a subscriber waits and checkpoints are never starved.
 """
 
 from __future__ import annotations
