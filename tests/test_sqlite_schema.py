@@ -235,3 +235,82 @@ def test_an_uncorrected_message_takes_its_role_and_time_from_its_event(db_path: 
         assert [c.name for c in journal.tool_calls(sid)] == ["look_up"]
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT created_at FROM messages").fetchall() == [(None,)]
+
+
+# A version 6 file as version 6 wrote it, with two tenants: `s` of default (a correction, a
+# call, a key), `t` of acme (a task and its sub-task), and a purged session whose event ids
+# (7, 8) are above every id kept.
+_V6_ROWS = """
+INSERT INTO sessions (session_id, tenant, title, created_at, updated_at, last_seq, last_event_id,
+ event_count, turn_open) VALUES ('s', 'default', 'v6', 1, 6, 5, 5, 5, 1),
+ ('t', 'acme', 't', 1, 3, 3, 6, 3, 0);
+INSERT INTO events (event_id, tenant, session_id, seq, type, payload, idempotency_key, created_at)
+ VALUES
+ (1, 'default', 's', 1, 'session_created', '{"title":"v6"}', NULL, 1),
+ (2, 'default', 's', 2, 'user_message', '{"content":"你好"}', 'k2', 2),
+ (3, 'default', 's', 3, 'tool_call', '{"arguments":"{}","call_id":"a","name":"f"}', NULL, 3),
+ (4, 'acme', 't', 1, 'session_created', '{"title":"t"}', NULL, 1),
+ (5, 'default', 's', 4, 'user_message', '{"content":"你好!","supersedes":2}', NULL, 6),
+ (6, 'acme', 't', 2, 'task_created',
+  '{"input":{"n":1},"max_retries":3,"task_id":"task_1","type":"ship"}', NULL, 2);
+INSERT INTO events (event_id, tenant, session_id, seq, type, payload, idempotency_key, created_at)
+ VALUES (7, 'acme', 't', 3, 'task_created',
+  '{"input":null,"max_retries":3,"parent_task_id":"task_1","task_id":"task_0","type":"pack"}',
+  NULL, 3);
+UPDATE sqlite_sequence SET seq = 9 WHERE name = 'events';
+UPDATE sessions SET last_seq = 4, last_event_id = 5, event_count = 4 WHERE session_id = 's';
+UPDATE sessions SET last_event_id = 7 WHERE session_id = 't';
+INSERT INTO messages (session_id, seq, tokens, edited_seq, created_at, content_id) VALUES
+ ('s', 2, {tokens}, 4, 2, 5);
+INSERT INTO tool_calls (session_id, call_id, call_seq, status, result_seq)
+ VALUES ('s', 'a', 3, 'pending', NULL);
+INSERT INTO tasks (task_id, tenant, session_id, parent_task_id, type, input, max_retries,
+ created_seq, created_at, updated_at) VALUES
+ ('task_1', 'acme', 't', NULL, 'ship', '{"n":1}', 3, 2, 2, 2),
+ ('task_0', 'acme', 't', 'task_1', 'pack', 'null', 3, 3, 3, 3);
+"""
+
+
+def test_version_7_keys_sessions_by_tenant_and_id_and_keeps_a_version_6_file(
+    db_path: Path,
+) -> None:
+    """Version 7 rebuilds every table keyed by a session id with the tenant in the key: the
+    rows, the event ids and the id counter come through, and then two tenants may share an id."""
+    tokens = message_tokens("user", "你好!")
+    write_old_version(db_path, 6, _V6_ROWS.replace("{tokens}", str(tokens)))
+    with Journal.open(db_path) as journal:
+        acme = journal.for_tenant("acme")
+        assert journal.verify().ok and acme.verify().ok
+        assert journal.messages("s") == [Message("s", 2, "user", "你好!", tokens, 4, 2)]
+        assert journal.tool_calls("s") == [ToolCall("s", "a", "f", "{}", 3)]
+        assert [e.event_id for e in journal.events("s")] == [1, 2, 3, 5]
+        assert [(t.task_id, t.parent_task_id) for t in acme.tasks(session_id="t")] == [
+            ("task_0", "task_1"),
+            ("task_1", None),
+        ]
+        # The key still makes a retry return the original, in its own tenant only.
+        retry = journal.append("s", "user_message", {"content": "你好"}, idempotency_key="k2")
+        assert retry.event_id == 2
+        # Ids stay never reused: the purged 8 and 9 stay taken.
+        after = journal.append("s", "tool_result", {"call_id": "a", "content": "42"})
+        assert after.event_id == 10
+        # The point of the version: acme may now hold an `s` of its own, and default a `t`.
+        acme.create_session("acme's s", session_id="s")
+        journal.create_session("default's t", session_id="t")
+        acme.cancel_task("task_1")
+        assert journal.get_session("s").title == "v6"
+        assert [t.status for t in acme.tasks(session_id="t")] == ["cancelled", "cancelled"]
+        assert journal.verify().ok and acme.verify().ok
+        assert journal.storage.integrity_errors() == []
+    with sqlite3.connect(db_path) as conn:
+        keys = {
+            table: [row[1] for row in conn.execute(f"PRAGMA table_info({table})") if row[5]]
+            for table in ("sessions", "messages", "tool_calls")
+        }
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema")}
+    assert keys == {
+        "sessions": ["session_id", "tenant"],
+        "messages": ["session_id", "tenant", "seq"],
+        "tool_calls": ["session_id", "tenant", "call_id"],
+    }
+    assert not {name for name in tables if name.endswith("_v7")}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.errors import Conflict, JournalError, SessionNotFound
 from agentjournal.events import MESSAGE_ROLES, Event, PreparedEvent
-from agentjournal.rules import SessionRules, resolve_retry
+from agentjournal.rules import SessionKey, SessionRules, resolve_retry
 
 __all__ = ["AppendOutcome", "AppendRequest", "append_group"]
 
@@ -39,44 +39,45 @@ class _GroupView:
 
     def __init__(self, tx: WriteTx, requests: Sequence[AppendRequest]) -> None:
         self.tx = tx
-        call_ids: set[tuple[str, str]] = set()
-        targets: set[tuple[str, int]] = set()
+        call_ids: set[tuple[str, str, str]] = set()
+        targets: set[tuple[str, str, int]] = set()
         for request in requests:
+            tenant, sid = request.tenant, request.session_id
             for event in request.events:
                 if event.type in ("tool_call", "tool_result"):
-                    call_ids.add((request.session_id, event.payload["call_id"]))
+                    call_ids.add((tenant, sid, event.payload["call_id"]))
                 elif event.type in MESSAGE_ROLES and "supersedes" in event.payload:
-                    targets.add((request.session_id, event.payload["supersedes"]))
+                    targets.add((tenant, sid, event.payload["supersedes"]))
         self.statuses = tx.tool_call_statuses(call_ids) if call_ids else {}
         self.kinds = tx.message_kinds(targets) if targets else {}
 
-    def tool_call_status(self, session_id: str, call_id: str) -> str | None:
-        return self.statuses.get((session_id, call_id))
+    def tool_call_status(self, session: SessionKey, call_id: str) -> str | None:
+        return self.statuses.get((*session, call_id))
 
-    def message_at(self, session_id: str, seq: int) -> tuple[str, bool] | None:
-        return self.kinds.get((session_id, seq))
+    def message_at(self, session: SessionKey, seq: int) -> tuple[str, bool] | None:
+        return self.kinds.get((*session, seq))
 
-    def compaction_floor(self, session_id: str) -> int:
-        return self.tx.compaction_floor(session_id)
+    def compaction_floor(self, session: SessionKey) -> int:
+        return self.tx.compaction_floor(session)
 
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
-        return self.tx.calls_open_at(session_id, seq)
+    def calls_open_at(self, session: SessionKey, seq: int) -> list[tuple[str, int]]:
+        return self.tx.calls_open_at(session, seq)
 
 
 def append_group(
     tx: WriteTx, requests: Sequence[AppendRequest]
 ) -> list[AppendOutcome | JournalError]:
     """Check and store `requests` in order; one outcome per request."""
-    states = tx.session_states({request.session_id for request in requests})
+    states = tx.session_states({(request.tenant, request.session_id) for request in requests})
     keyed = {
-        (request.session_id, event.idempotency_key)
+        (request.tenant, request.session_id, event.idempotency_key)
         for request in requests
         for event in request.events
         if event.idempotency_key is not None
     }
-    known_keys: dict[tuple[str, str], Event] = tx.events_by_keys(keyed) if keyed else {}
+    known_keys: dict[tuple[str, str, str], Event] = tx.events_by_keys(keyed) if keyed else {}
     view = _GroupView(tx, requests)
-    rules: dict[str, SessionRules] = {}
+    rules: dict[SessionKey, SessionRules] = {}
     rows: list[EventRow] = []
     # Events accepted in this group are stand-ins (event_id 0) until stored; a retry of them
     # within the same group returns the stand-ins, replaced below by what was stored.
@@ -84,21 +85,24 @@ def append_group(
     planned: list[tuple[int, int] | list[Event] | JournalError] = []
     for request in requests:
         session_id = request.session_id
+        session_key = (request.tenant, session_id)
         try:
-            state = states.get(session_id)
-            if state is None or state.tenant != request.tenant:
+            state = states.get(session_key)
+            if state is None:
                 raise SessionNotFound(session_id)
             keys = [e.idempotency_key for e in request.events if e.idempotency_key is not None]
             if keys:
                 found = {
-                    k: known_keys[(session_id, k)] for k in keys if (session_id, k) in known_keys
+                    k: known_keys[(*session_key, k)]
+                    for k in keys
+                    if (*session_key, k) in known_keys
                 }
                 originals = resolve_retry(request.events, found)
                 if originals is not None:
                     planned.append(originals)
                     continue
-            session = rules.get(session_id) or rules.setdefault(
-                session_id, SessionRules(state, view)
+            session = rules.get(session_key) or rules.setdefault(
+                session_key, SessionRules(state, view)
             )
             if request.expected_seq is not None and request.expected_seq != session.last_seq:
                 raise Conflict(
@@ -124,7 +128,7 @@ def append_group(
                     request.created_at,
                     event.idempotency_key,
                 )
-                known_keys[(session_id, event.idempotency_key)] = stand_in
+                known_keys[(*session_key, event.idempotency_key)] = stand_in
                 stand_ins[id(stand_in)] = len(rows) - 1
         planned.append((start, len(rows)))
 

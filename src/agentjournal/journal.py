@@ -160,15 +160,15 @@ class Journal(TaskVerbs):
                 return None
             existing = tx.session_by_key(self.tenant, key)
             if existing is not None:
-                found = tx.events_by_keys([(existing, key)])
-                resolve_retry([event], {k: e for (_, k), e in found.items()})
+                found = tx.events_by_keys([(self.tenant, existing, key)])
+                resolve_retry([event], {k: e for (_, _, k), e in found.items()})
             return existing
 
         def work(tx: WriteTx) -> tuple[str, bool]:
             existing = repeat_of(tx)
             if existing is not None:
                 return existing, False
-            if tx.session_states([sid]):
+            if tx.session_states([(self.tenant, sid)]):
                 # On PostgreSQL each statement sees what has committed by then: the session may
                 # be a concurrent creation with this key that committed after the look-up above.
                 existing = repeat_of(tx)
@@ -207,11 +207,11 @@ class Journal(TaskVerbs):
             # stream (which ends with the deletion) shows them.
             state = self._state(tx, session_id)
             key = event.idempotency_key
-            retry = key is not None and bool(tx.events_by_keys([(session_id, key)]))
+            retry = key is not None and bool(tx.events_by_keys([(self.tenant, session_id, key)]))
             if state is not None and state.status != "deleted" and not retry:
                 cancels = [
                     {"task_id": t.task_id, "reason": "session deleted"}
-                    for t in tx.session_tasks(session_id)
+                    for t in tx.session_tasks((self.tenant, session_id))
                     if t.status in transitions.OPEN_STATUSES
                 ]
                 self._append_tx(tx, session_id, [("task_cancelled", c) for c in cancels])
@@ -398,7 +398,8 @@ class Journal(TaskVerbs):
             if key is not None:
                 existing = tx.session_by_key(self.tenant, key)
                 if existing is not None:
-                    original = tx.events_by_keys([(existing, key)]).get((existing, key))
+                    found = tx.events_by_keys([(self.tenant, existing, key)])
+                    original = found.get((self.tenant, existing, key))
                     if (
                         original is None
                         or original.type != "session_forked"
@@ -415,7 +416,7 @@ class Journal(TaskVerbs):
                 raise InvalidArgument(
                     f"at_seq {at} is past the session's last seq {state.last_seq}"
                 )
-            open_calls = tx.calls_open_at(session_id, at)
+            open_calls = tx.calls_open_at((self.tenant, session_id), at)
             if open_calls:
                 raise Conflict(
                     f"forking at seq {at} would leave tool call {open_calls[0][0]!r} without its "

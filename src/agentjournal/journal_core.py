@@ -82,5 +82,5 @@ class JournalCore:
 
     def _state(self, tx: WriteTx, session_id: str) -> SessionState | None:
         """The session's state if it exists in this journal's tenant."""
-        state = tx.session_states([session_id]).get(session_id)
-        return state if state is not None and state.tenant == self.tenant else None
+        key = (self.tenant, session_id)
+        return tx.session_states([key]).get(key)

@@ -12,7 +12,11 @@ from typing import Protocol
 from agentjournal.errors import Conflict, InvalidEvent, SessionClosed, UnknownToolCall
 from agentjournal.events import MESSAGE_ROLES, Event, PreparedEvent, canonical_json
 
-__all__ = ["HistoryView", "SessionRules", "SessionState", "resolve_retry"]
+__all__ = ["HistoryView", "SessionKey", "SessionRules", "SessionState", "resolve_retry"]
+
+# A session's identity: (tenant, session_id). Ids are chosen per tenant, so two tenants may
+# both have a session "user-42"; every look-up names both.
+SessionKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +32,16 @@ class SessionState:
 class HistoryView(Protocol):
     """Look-ups into one session's history, answered inside the write transaction."""
 
-    def tool_call_status(self, session_id: str, call_id: str) -> str | None:
+    def tool_call_status(self, session: SessionKey, call_id: str) -> str | None:
         """`None` if the call_id was never used, else pending / ok / error."""
 
-    def message_at(self, session_id: str, seq: int) -> tuple[str, bool] | None:
+    def message_at(self, session: SessionKey, seq: int) -> tuple[str, bool] | None:
         """(type, is_correction) of the message event at `seq`, or None if none is there."""
 
-    def compaction_floor(self, session_id: str) -> int:
+    def compaction_floor(self, session: SessionKey) -> int:
         """The newest `context_compacted` event's until_seq, 0 if none."""
 
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+    def calls_open_at(self, session: SessionKey, seq: int) -> list[tuple[str, int]]:
         """(call_id, result_seq or 0) of calls made at or before `seq` whose result is not."""
 
 
@@ -84,6 +88,7 @@ class SessionRules:
 
     def __init__(self, state: SessionState, view: HistoryView) -> None:
         self.session_id = state.session_id
+        self.key: SessionKey = (state.tenant, state.session_id)
         self.status = state.status
         self.last_seq = state.last_seq
         self.view = view
@@ -132,7 +137,7 @@ class SessionRules:
         if target_seq is None:
             self.messages[seq] = (event.type, False)
             return
-        target = self.messages.get(target_seq) or self.view.message_at(self.session_id, target_seq)
+        target = self.messages.get(target_seq) or self.view.message_at(self.key, target_seq)
         if target is None or target[1] or target[0] != event.type or target_seq >= seq:
             raise InvalidEvent(
                 f"supersedes={target_seq} must name an earlier, original {event.type} of this "
@@ -141,7 +146,7 @@ class SessionRules:
         self.messages[seq] = (event.type, True)
 
     def _check_call(self, seq: int, call_id: str) -> None:
-        if call_id in self.calls or self.view.tool_call_status(self.session_id, call_id):
+        if call_id in self.calls or self.view.tool_call_status(self.key, call_id):
             raise Conflict(f"call_id {call_id!r} is already used in this session")
         self.calls[call_id] = 0
         self.call_seqs[call_id] = seq
@@ -151,7 +156,7 @@ class SessionRules:
         if call_id in self.calls:
             status = "pending" if self.calls[call_id] == 0 else "ok"
         else:
-            status = self.view.tool_call_status(self.session_id, call_id)
+            status = self.view.tool_call_status(self.key, call_id)
             if status is None:
                 raise UnknownToolCall(
                     f"tool_result names call_id {call_id!r}, but the session has no tool_call "
@@ -162,9 +167,7 @@ class SessionRules:
         self.calls[call_id] = seq
 
     def _check_compaction(self, seq: int, until_seq: int) -> None:
-        floor = (
-            self.floor if self.floor is not None else self.view.compaction_floor(self.session_id)
-        )
+        floor = self.floor if self.floor is not None else self.view.compaction_floor(self.key)
         if not floor <= until_seq < seq:
             raise InvalidEvent(
                 f"context_compacted.until_seq={until_seq} must be below its own seq ({seq}) and "
@@ -172,7 +175,7 @@ class SessionRules:
             )
         open_calls = [
             call_id
-            for call_id, result_seq in self.view.calls_open_at(self.session_id, until_seq)
+            for call_id, result_seq in self.view.calls_open_at(self.key, until_seq)
             if not 0 < self.calls.get(call_id, 0) <= until_seq
         ]
         open_calls += [

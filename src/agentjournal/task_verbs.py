@@ -82,7 +82,10 @@ class TaskVerbs(ReadVerbs):
         def work(tx: WriteTx) -> tuple[str, bool]:
             if self._state(tx, session_id) is None:
                 raise SessionNotFound(session_id)
-            original = key and tx.events_by_keys([(session_id, key)]).get((session_id, key))
+            original = None
+            if key:
+                keyed = (self.tenant, session_id, key)
+                original = tx.events_by_keys([keyed]).get(keyed)
             if original:
                 same = (
                     original.type == "task_created"
@@ -222,7 +225,7 @@ class TaskVerbs(ReadVerbs):
 
         def work(tx: WriteTx) -> None:
             task = self._task_tx(tx, task_id)
-            family = tx.session_tasks(task.session_id)
+            family = tx.session_tasks((self.tenant, task.session_id))
             cancels = transitions.cancelled(task, family, reason)
             self._append_tx(tx, task.session_id, [("task_cancelled", c) for c in cancels])
 

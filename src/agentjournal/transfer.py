@@ -180,9 +180,9 @@ def _parse(max_payload_bytes: int, number: int, text: str | bytes) -> _Line:
 def _store(tx: WriteTx, tenant: str, lines: list[_Line], totals: _Totals) -> None:
     """Check and write one chunk: new sessions directly (as `create_session` does), the rest
     through `append_group`, one request per line so that each keeps its own time."""
-    states = tx.session_states({line.session_id for line in lines})
-    taken = set(states)  # of any tenant: ids are unique across tenants
-    last_seq = {sid: state.last_seq for sid, state in states.items() if state.tenant == tenant}
+    states = tx.session_states({(tenant, line.session_id) for line in lines})
+    taken = {sid for _, sid in states}
+    last_seq = {sid: state.last_seq for (_, sid), state in states.items()}
     pending: list[tuple[_Line, AppendRequest]] = []
     for line in lines:
         sid = line.session_id

@@ -178,3 +178,47 @@ def test_a_version_2_schema_upgrades_and_checks_events_once_per_statement(
             journal.append(sid, "user_message", {"content": "and now?"})
             assert journal.get_session(sid).turn_open
             assert [e.seq for e in journal.events(sid)] == list(range(1, seq + 3))
+
+
+def test_a_version_4_schema_upgrades_to_sessions_keyed_by_tenant_and_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Version 5 puts the tenant into every key that named a session id alone: what a version-4
+    schema holds reads the same after the upgrade, and then two tenants may share an id."""
+    every = postgres._migrations()
+    with fresh_schema() as schema:
+        monkeypatch.setattr(postgres, "_migrations", lambda: every[:4])
+        with Journal.open(url_for(schema)) as old:
+            sid = seed(old)
+            task = old.create_task(sid, "ship", {"n": 1})
+            theirs = old.for_tenant("b").create_session("b's", session_id="b-only").session_id
+            before = (old.events(sid), old.messages(sid), old.tool_calls(sid), old.tasks())
+        monkeypatch.setattr(postgres, "_migrations", lambda: every)
+        with Journal.open(url_for(schema)) as journal:
+            assert schema_versions(schema) == [(n,) for n in range(1, len(every) + 1)]
+            after = (
+                journal.events(sid),
+                journal.messages(sid),
+                journal.tool_calls(sid),
+                journal.tasks(),
+            )
+            assert after == before
+            b = journal.for_tenant("b")
+            assert b.create_session("b's copy of the id", session_id=sid).tenant == "b"
+            journal.create_session("default's own b-only", session_id=theirs)
+            b.append(sid, "user_message", {"content": "b here"})
+            journal.cancel_task(task.task_id)
+            assert journal.replay(sid) == SEED_REPLAY
+            assert journal.verify().ok and b.verify().ok
+            with psycopg.connect(ADMIN_URL) as conn:
+                keys = conn.execute(
+                    "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+                    " WHERE connamespace = %s::regnamespace AND contype = 'p'"
+                    " AND conrelid::regclass::text LIKE ANY(%s)",
+                    (schema, ["%sessions", "%messages", "%tool_calls"]),
+                ).fetchall()
+            assert sorted(definition for _, definition in keys) == [
+                "PRIMARY KEY (session_id, tenant)",
+                "PRIMARY KEY (session_id, tenant, call_id)",
+                "PRIMARY KEY (session_id, tenant, seq)",
+            ]

@@ -35,10 +35,10 @@ def test_verify_reports_exactly_the_corrupted_rows_and_rebuild_repairs(
     raw.execute("UPDATE messages SET tokens = 1 WHERE session_id = ? AND seq = 2", (sid,))
     raw.execute("DELETE FROM tool_calls WHERE session_id = ? AND call_id = 'call_1'", (sid,))
     # A row for a message the journal never had (SQLite's rows name the event holding their
-    # text, role and time, here none; PostgreSQL's hold them, and name their tenant for RLS).
-    bogus: dict[str, object] = {"session_id": sid, "seq": 99, "tokens": 7}
+    # text, role and time, here none; PostgreSQL's hold them).
+    bogus: dict[str, object] = {"session_id": sid, "tenant": "default", "seq": 99, "tokens": 7}
     if raw.backend == "postgres":
-        bogus |= {"tenant": "default", "content": "bogus", "role": "user", "created_at": 0}
+        bogus |= {"content": "bogus", "role": "user", "created_at": 0}
     else:
         bogus["content_id"] = 10**9
     raw.execute(

@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 from agentjournal.backends.group_commit import CommitSignal
 from agentjournal.events import Event, PreparedEvent
 from agentjournal.projection import Message, Projection, Session, Task, ToolCall
-from agentjournal.rules import SessionState
+from agentjournal.rules import SessionKey, SessionState
 from agentjournal.search_text import SearchFilter, SearchQuery
 
 __all__ = ["ApiKeyRow", "EventRow", "Storage", "WriteTx"]
@@ -52,28 +52,32 @@ class WriteTx(Protocol):
     """What work running inside `Storage.write` may read and write. Everything it writes
     commits with the transaction or not at all."""
 
-    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
-        """The sessions that exist, by id, whatever their tenant (the caller checks it). Where
-        the database needs it (PostgreSQL), the rows are locked for the transaction."""
+    def session_states(self, keys: Collection[SessionKey]) -> dict[SessionKey, SessionState]:
+        """The sessions of these (tenant, session_id) keys that exist. Where the database needs
+        it (PostgreSQL), the rows are locked for the transaction."""
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         """The session that `create_session`/`fork` made with this key, if any."""
 
-    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
-        """Stored events by (session_id, idempotency_key)."""
+    def events_by_keys(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Event]:
+        """Stored events by (tenant, session_id, idempotency_key)."""
 
-    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """pending / ok / error by (session_id, call_id), for the calls that exist."""
+    def tool_call_statuses(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], str]:
+        """pending / ok / error by (tenant, session_id, call_id), for the calls that exist."""
 
     def message_kinds(
-        self, pairs: Collection[tuple[str, int]]
-    ) -> dict[tuple[str, int], tuple[str, bool]]:
-        """(type, is_correction) of message events by (session_id, seq)."""
+        self, keys: Collection[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[str, bool]]:
+        """(type, is_correction) of message events by (tenant, session_id, seq)."""
 
-    def compaction_floor(self, session_id: str) -> int:
+    def compaction_floor(self, session: SessionKey) -> int:
         """The newest `context_compacted` event's until_seq, 0 if none."""
 
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+    def calls_open_at(self, session: SessionKey, seq: int) -> list[tuple[str, int]]:
         """(call_id, result_seq or 0) of calls made at or before `seq` whose result is not."""
 
     def task(self, task_id: str) -> Task | None:
@@ -88,7 +92,7 @@ class WriteTx(Protocol):
         """Running tasks whose lease ended before `now` (of one tenant, or of all), oldest
         lease first."""
 
-    def session_tasks(self, session_id: str) -> list[Task]:
+    def session_tasks(self, session: SessionKey) -> list[Task]:
         """Every task of the session, in creation order."""
 
     def insert_session(

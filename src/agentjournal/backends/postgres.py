@@ -645,7 +645,8 @@ class PostgresStorage:
             " SELECT h.event_id FROM (SELECT * FROM hits ORDER BY event_id DESC) AS h"
             " JOIN LATERAL (SELECT 1 FROM events AS e WHERE e.event_id = h.event_id"
             f"{on_events} OFFSET 0) AS e ON true"
-            " JOIN LATERAL (SELECT 1 FROM sessions AS s WHERE s.session_id = h.session_id"
+            " JOIN LATERAL (SELECT 1 FROM sessions AS s"
+            " WHERE s.session_id = h.session_id AND s.tenant = h.tenant"
             f"{on_sessions} OFFSET 0) AS s ON true"
             " ORDER BY h.event_id DESC LIMIT %s"
         )
@@ -656,7 +657,7 @@ class PostgresStorage:
             # alone), each tested as the scan reads it.
             recent = self._read(
                 tenant,
-                "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
+                "WITH hits AS MATERIALIZED (SELECT event_id, session_id, tenant FROM search_index"
                 " WHERE event_id <= %s AND event_id >= coalesce((SELECT event_id"
                 " FROM search_index WHERE event_id <= %s ORDER BY event_id DESC"
                 " OFFSET %s LIMIT 1), 0)"
@@ -673,7 +674,7 @@ class PostgresStorage:
             )
         rows = self._read(
             tenant,
-            "WITH hits AS MATERIALIZED (SELECT event_id, session_id FROM search_index"
+            "WITH hits AS MATERIALIZED (SELECT event_id, session_id, tenant FROM search_index"
             " WHERE terms @@ to_tsquery('simple', %s) AND tenant = %s AND event_id <= %s)" + newest,
             (tsquery, tenant, top, *filters),
         )

@@ -31,6 +31,7 @@ from agentjournal.backends.projection_rows import (
     SESSION_FIELDS,
     TASK_COLUMN_NAMES,
     ProjectionRows,
+    by_tenant,
     encode_session_fields,
     projection_rows,
     task_from_row,
@@ -39,7 +40,7 @@ from agentjournal.backends.projection_rows import (
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
 from agentjournal.projection import Projection, Task
-from agentjournal.rules import SessionState
+from agentjournal.rules import SessionKey, SessionState
 from agentjournal.search_text import event_text, index_text
 
 __all__ = ["SETTLED", "Control", "PostgresTx"]
@@ -79,20 +80,21 @@ _TOOL_CALL_ROWS: Final = (
     " SELECT r->>0, r->>1, r->>2, r->>3, r->>4, (r->>5)::bigint, r->>6, r->>7, (r->>8)::bigint"
     " FROM jsonb_array_elements(%s::jsonb) AS r"
 )
-# The searchable text of each new event that has some, as [session_id, seq, text]: the event_id
-# comes from `stored`.
+# The searchable text of each new event that has some, as [session_id, tenant, seq, text]: the
+# event_id comes from `stored`.
 _SEARCH_ROWS: Final = (
     "INSERT INTO search_index (event_id, tenant, session_id, terms)"
-    " SELECT s.event_id, s.tenant, s.session_id, to_tsvector('simple', r->>2)"
+    " SELECT s.event_id, s.tenant, s.session_id, to_tsvector('simple', r->>3)"
     " FROM jsonb_array_elements(%s::jsonb) AS r"
-    " JOIN stored AS s ON s.session_id = r->>0 AND s.seq = (r->>1)::bigint"
+    " JOIN stored AS s"
+    " ON s.session_id = r->>0 AND s.tenant = r->>1 AND s.seq = (r->>2)::bigint"
 )
 _INSERT_EVENTS: Final = (
     f"WITH stored AS ({_EVENT_ROWS} RETURNING event_id, tx::text, session_id, seq, tenant),"
     f" added_messages AS ({_MESSAGE_ROWS}), opened_calls AS ({_TOOL_CALL_ROWS}),"
     f" searched AS ({_SEARCH_ROWS})"
     " SELECT event_id, tx, session_id, seq,"
-    " (SELECT pg_snapshot_xmin(pg_current_snapshot()))::text FROM stored"
+    " (SELECT pg_snapshot_xmin(pg_current_snapshot()))::text, tenant FROM stored"
 )
 # With each locked session, the tx its next events take: greatest(this transaction's id, the
 # session's last_tx), as the events_take_tx trigger would compute it row by row.
@@ -100,8 +102,12 @@ _LOCKED: Final = (
     "SELECT session_id, tenant, status, last_seq,"
     " greatest(pg_current_xact_id(), last_tx)::text FROM sessions"
 )
-_LOCK_SESSION: Final = f"{_LOCKED} WHERE session_id = %s FOR UPDATE"
-_LOCK_SESSIONS: Final = f"{_LOCKED} WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE"
+_LOCK_SESSION: Final = f"{_LOCKED} WHERE session_id = %s AND tenant = %s FOR UPDATE"
+_LOCK_SESSIONS: Final = (
+    f"{_LOCKED} WHERE (session_id, tenant) IN"
+    " (SELECT * FROM unnest(%s::text[], %s::text[]))"
+    " ORDER BY session_id, tenant FOR UPDATE"
+)
 
 
 def _numbered(query: str) -> bytes:
@@ -288,10 +294,11 @@ class PostgresTx:
         # this transaction's own id, none older can be running at COMMIT either (Control.commit).
         # Still true after a savepoint's rollback: it describes the other transactions.
         self.oldest_running = 0
-        # session_id -> the tx its events take in this transaction, read under its row lock.
+        # (tenant, session_id) -> the tx its events take in this transaction, read under its
+        # row lock.
         # Still right after a savepoint's rollback (the value only depends on what the lock
         # saw); a stale one would be refused by the database, never stored.
-        self.session_txs: dict[str, str] = {}
+        self.session_txs: dict[SessionKey, str] = {}
         # One cursor per connection, kept across transactions: `conn.execute` makes a new one
         # for every statement, ~10 µs of client CPU each (an append runs two).
         self._cursors: dict[int, psycopg.Cursor[Any]] = {}
@@ -350,15 +357,20 @@ class PostgresTx:
 
     # -- look-ups for the rules -------------------------------------------------------------
 
-    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
-        if len(session_ids) == 1:
+    def session_states(self, keys: Collection[SessionKey]) -> dict[SessionKey, SessionState]:
+        if len(keys) == 1:
             # The common case (one writer, one session) without an array to dump.
-            rows = self._fetch(_LOCK_SESSION, tuple(session_ids))
+            ((tenant, session_id),) = keys
+            rows = self._fetch(_LOCK_SESSION, (session_id, tenant))
         else:
-            rows = self._rows(_LOCK_SESSIONS, (sorted(session_ids),))
+            tenants, session_ids = _columns(keys)
+            rows = self._rows(_LOCK_SESSIONS, (session_ids, tenants))
+        found = {}
         for row in rows:
-            self.session_txs[row[0]] = row[4]
-        return {row[0]: SessionState(row[0], row[1], row[2], int(row[3])) for row in rows}
+            key = (row[1], row[0])
+            self.session_txs[key] = row[4]
+            found[key] = SessionState(row[0], row[1], row[2], int(row[3]))
+        return found
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         rows = self._rows(
@@ -367,52 +379,65 @@ class PostgresTx:
         )
         return rows[0][0] if rows else None
 
-    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
-        sessions, keys = _columns(pairs)
+    def events_by_keys(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Event]:
+        tenants, sessions, idempotency_keys = _columns(keys)
         rows = self._rows(
-            f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
-            " FROM unnest(%b::text[], %b::text[]) AS k (session_id, idempotency_key)"
-            " JOIN events AS e USING (session_id, idempotency_key)",
-            (sessions, keys),
+            f"SELECT e.tenant, {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
+            " FROM unnest(%b::text[], %b::text[], %b::text[])"
+            " AS k (tenant, session_id, idempotency_key)"
+            " JOIN events AS e USING (session_id, tenant, idempotency_key)",
+            (tenants, sessions, idempotency_keys),
         )
-        events = [event_from_row(row) for row in rows]
-        return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
+        found = {}
+        for row in rows:
+            event = event_from_row(row[1:])
+            assert event.idempotency_key is not None
+            found[(row[0], event.session_id, event.idempotency_key)] = event
+        return found
 
-    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        sessions, calls = _columns(pairs)
+    def tool_call_statuses(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], str]:
+        tenants, sessions, calls = _columns(keys)
         rows = self._rows(
-            "SELECT t.session_id, t.call_id, t.status"
-            " FROM unnest(%b::text[], %b::text[]) AS k (session_id, call_id)"
-            " JOIN tool_calls AS t USING (session_id, call_id)",
-            (sessions, calls),
+            "SELECT t.tenant, t.session_id, t.call_id, t.status"
+            " FROM unnest(%b::text[], %b::text[], %b::text[]) AS k (tenant, session_id, call_id)"
+            " JOIN tool_calls AS t USING (session_id, tenant, call_id)",
+            (tenants, sessions, calls),
         )
-        return {(row[0], row[1]): row[2] for row in rows}
+        return {(row[0], row[1], row[2]): row[3] for row in rows}
 
     def message_kinds(
-        self, pairs: Collection[tuple[str, int]]
-    ) -> dict[tuple[str, int], tuple[str, bool]]:
-        sessions, seqs = _columns(pairs)
+        self, keys: Collection[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[str, bool]]:
+        tenants, sessions, seqs = _columns(keys)
         rows = self._rows(
-            "SELECT e.session_id, e.seq, e.type, e.payload::jsonb ? 'supersedes'"
-            " FROM unnest(%b::text[], %b::bigint[]) AS k (session_id, seq)"
-            " JOIN events AS e USING (session_id, seq)",
-            (sessions, seqs),
+            "SELECT e.tenant, e.session_id, e.seq, e.type, e.payload::jsonb ? 'supersedes'"
+            " FROM unnest(%b::text[], %b::text[], %b::bigint[]) AS k (tenant, session_id, seq)"
+            " JOIN events AS e USING (session_id, tenant, seq)",
+            (tenants, sessions, seqs),
         )
-        return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows if r[2] in MESSAGE_ROLES}
+        return {(r[0], r[1], r[2]): (r[3], bool(r[4])) for r in rows if r[3] in MESSAGE_ROLES}
 
-    def compaction_floor(self, session_id: str) -> int:
+    def compaction_floor(self, session: SessionKey) -> int:
+        tenant, session_id = session
         rows = self._rows(
             "SELECT (payload::jsonb ->> 'until_seq')::bigint FROM events"
-            " WHERE session_id = %s AND type = 'context_compacted' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
+            " WHERE session_id = %s AND tenant = %s AND type = 'context_compacted'"
+            " ORDER BY seq DESC LIMIT 1",
+            (session_id, tenant),
         )
         return int(rows[0][0]) if rows else 0
 
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+    def calls_open_at(self, session: SessionKey, seq: int) -> list[tuple[str, int]]:
+        tenant, session_id = session
         rows = self._rows(
-            "SELECT call_id, coalesce(result_seq, 0) FROM tool_calls WHERE session_id = %s"
+            "SELECT call_id, coalesce(result_seq, 0) FROM tool_calls"
+            " WHERE session_id = %s AND tenant = %s"
             " AND call_seq <= %s AND (result_seq IS NULL OR result_seq > %s) ORDER BY call_seq",
-            (session_id, seq, seq),
+            (session_id, tenant, seq, seq),
         )
         return [(row[0], row[1]) for row in rows]
 
@@ -444,9 +469,11 @@ class PostgresTx:
             (now, tenant, tenant, limit),
         )
 
-    def session_tasks(self, session_id: str) -> list[Task]:
+    def session_tasks(self, session: SessionKey) -> list[Task]:
+        tenant, session_id = session
         return self._tasks(
-            "FROM tasks WHERE session_id = %s ORDER BY created_seq FOR UPDATE", (session_id,)
+            "FROM tasks WHERE session_id = %s AND tenant = %s ORDER BY created_seq FOR UPDATE",
+            (session_id, tenant),
         )
 
     # -- writes -----------------------------------------------------------------------------
@@ -464,7 +491,6 @@ class PostgresTx:
         # One statement for the whole group, whatever its size: the sessions' counters follow
         # once per statement (see the schema), and psycopg pays its per-statement cost once. The
         # projection's new rows depend on no event id, so they go in the same statement.
-        tenants = {row.session_id: row.tenant for row in rows}
         txs = self.session_txs
         unstored = [
             Event(
@@ -478,7 +504,10 @@ class PostgresTx:
             )
             for r in rows
         ]
-        projected = projection_rows(unstored, tenants)
+        projected = [
+            projection_rows(events, tenant)
+            for tenant, events in by_tenant([r.tenant for r in rows], unstored)
+        ]
         found = self._fetch(
             _INSERT_EVENTS,
             (
@@ -492,15 +521,15 @@ class PostgresTx:
                             r.event.payload_json,
                             r.event.idempotency_key,
                             r.created_at,
-                            txs.get(r.session_id),
+                            txs.get((r.tenant, r.session_id)),
                         )
                         for r in rows
                     ]
                 ),
-                *self._new_rows(projected, tenants, ""),
+                *self._new_rows(projected),
                 _to_json(
                     [
-                        (r.session_id, r.seq, text)
+                        (r.session_id, r.tenant, r.seq, text)
                         for r in rows
                         if self.search_index
                         and (text := indexed_text(r.event.type, r.event.payload))
@@ -508,15 +537,19 @@ class PostgresTx:
                 ),
             ),
         )
-        placed = {(sid, int(seq)): (int(event_id), int(tx)) for event_id, tx, sid, seq, _ in found}
+        placed = {
+            (tenant, sid, int(seq)): (int(event_id), int(tx))
+            for event_id, tx, sid, seq, _, tenant in found
+        }
         if found:
             self.oldest_running = max(self.oldest_running, int(found[0][4]))
         stored = []
-        for event in unstored:
-            event_id, tx = placed[(event.session_id, event.seq)]
+        for row, event in zip(rows, unstored, strict=True):
+            event_id, tx = placed[(row.tenant, event.session_id, event.seq)]
             stored.append(event._replace(event_id=event_id, position=encode_position(tx, event_id)))
         self._advanced(stored)
-        self._changed(projected)
+        for part in projected:
+            self._changed(part)
         return stored
 
     def copy_events(self, tenant: str, source_id: str, target_id: str, until_seq: int) -> int:
@@ -560,69 +593,67 @@ class PostgresTx:
     def _project(self, events: Sequence[Event], tenant: str) -> None:
         """Apply the projections of a fork's copies (see `projection_rows`), all of `tenant`;
         the sessions' counters follow by trigger."""
-        rows = projection_rows(events, None)
-        messages, calls = self._new_rows(rows, None, tenant)
+        rows = projection_rows(events, tenant, copies=True)
+        messages, calls = self._new_rows([rows])
         self._run(_MESSAGE_ROWS, (messages,))
         self._run(_TOOL_CALL_ROWS, (calls,))
         self._changed(rows)
 
     @staticmethod
-    def _new_rows(
-        rows: ProjectionRows, tenants: Mapping[str, str] | None, tenant: str
-    ) -> tuple[str, str]:
-        """The new transcript and tool-call rows as JSON documents, each row with its session's
-        tenant (`tenant` for all when `tenants` is None)."""
-
-        def tenant_of(session_id: str) -> str:
-            return tenants[session_id] if tenants is not None else tenant
-
+    def _new_rows(parts: Sequence[ProjectionRows]) -> tuple[str, str]:
+        """The new transcript and tool-call rows of `parts` (one per tenant) as JSON documents,
+        each row with its session's tenant."""
         return (
-            _to_json([(r[0], tenant_of(r[0]), *r[1:]) for r in rows.messages_added]),
-            _to_json([(r[0], tenant_of(r[0]), *r[1:]) for r in rows.calls_opened]),
+            _to_json([(r[0], p.tenant, *r[1:]) for p in parts for r in p.messages_added]),
+            _to_json([(r[0], p.tenant, *r[1:]) for p in parts for r in p.calls_opened]),
         )
 
     def _changed(self, rows: ProjectionRows) -> None:
         """The projection's changes to existing rows, in the order `ProjectionRows` gives, after
         its new rows (a result or correction may follow its original in one group)."""
+        tenant = rows.tenant
         for sid, fields in rows.session_changes:
-            self._update("sessions", "session_id", sid, fields)
+            self._update("sessions", fields, session_id=sid, tenant=tenant)
         for change in rows.task_changes:
             if isinstance(change, Task):
                 self._run(_INSERT_TASK, task_values(change))
             else:
-                self._update("tasks", "task_id", *change)
+                self._update("tasks", change[1], task_id=change[0])
         self._many(
             "UPDATE messages SET content = %s, tokens = %s, edited_seq = %s"
-            " WHERE session_id = %s AND seq = %s",
-            rows.messages_corrected,
+            " WHERE session_id = %s AND tenant = %s AND seq = %s",
+            [(*r[:4], tenant, r[4]) for r in rows.messages_corrected],
         )
         self._many(
             "UPDATE tool_calls SET result = %s, status = %s, result_seq = %s"
-            " WHERE session_id = %s AND call_id = %s",
-            rows.calls_closed,
+            " WHERE session_id = %s AND tenant = %s AND call_id = %s",
+            [(*r[:4], tenant, r[4]) for r in rows.calls_closed],
         )
         self._many(
             "UPDATE sessions SET prompt_tokens = prompt_tokens + %s,"
-            " completion_tokens = completion_tokens + %s WHERE session_id = %s",
-            [(p, c, sid) for sid, (p, c) in rows.usage.items()],
+            " completion_tokens = completion_tokens + %s WHERE session_id = %s AND tenant = %s",
+            [(p, c, sid, tenant) for sid, (p, c) in rows.usage.items()],
         )
 
-    def _update(self, table: str, key: str, value: str, fields: Mapping[str, Any]) -> None:
-        """`fields` are trusted column names (projection_rows checks them), values encoded."""
-        statement = sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
+    def _update(self, table: str, fields: Mapping[str, Any], **key: str) -> None:
+        """`fields` are trusted column names (projection_rows checks them), values encoded; the
+        row is the one whose columns equal `key`."""
+        statement = sql.SQL("UPDATE {} SET {} WHERE {}").format(
             sql.Identifier(table),
             sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(f)) for f in fields),
-            sql.Identifier(key),
+            sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key),
         )
-        self._cursor().execute(statement, (*fields.values(), value))
+        self._cursor().execute(statement, (*fields.values(), *key.values()))
 
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         session = projection.session
         sid = session.session_id
         for table in ("messages", "tool_calls", "tasks"):
             self._run(
-                sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)),
-                (sid,),
+                sql.SQL("DELETE FROM {} WHERE session_id = %s AND tenant = %s").format(
+                    sql.Identifier(table)
+                ),
+                (sid, tenant),
             )
         self._many(_INSERT_TASK, [task_values(task) for task in projection.tasks.values()])
         self._many(
@@ -652,7 +683,7 @@ class PostgresTx:
             ],
         )
         fields = {name: getattr(session, name) for name in SESSION_FIELDS}
-        self._update("sessions", "session_id", sid, encode_session_fields(fields))
+        self._update("sessions", encode_session_fields(fields), session_id=sid, tenant=tenant)
         tx, event_id = decode_position(session.last_position)
         self._run(
             "UPDATE sessions SET last_seq = %s, last_tx = %s::text::xid8, last_event_id = %s,"
@@ -684,8 +715,10 @@ class PostgresTx:
         )[0][0]
         for table in ("search_index", "messages", "tool_calls", "tasks", "events", "sessions"):
             self._run(
-                sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)),
-                (session_id,),
+                sql.SQL("DELETE FROM {} WHERE session_id = %s AND tenant = %s").format(
+                    sql.Identifier(table)
+                ),
+                (session_id, tenant),
             )
         self._run("UPDATE purge_audit SET pending = NULL WHERE purge_id = %s", (purge_id,))
         return count
@@ -707,9 +740,9 @@ class PostgresTx:
         )
 
 
-def _columns(pairs: Collection[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
-    """Pairs as two arrays, for unnest()."""
-    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+def _columns(rows: Collection[tuple[Any, ...]]) -> list[list[Any]]:
+    """Tuples as one array per place, for unnest()."""
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def _command(conn: psycopg.Connection[Any], statement: str) -> None:

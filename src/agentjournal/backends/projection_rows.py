@@ -33,6 +33,7 @@ __all__ = [
     "TASK_JSON_FIELDS",
     "ProjectionRows",
     "SessionAdvance",
+    "by_tenant",
     "projection_rows",
     "task_from_row",
     "task_values",
@@ -113,12 +114,14 @@ class SessionAdvance:
 
 @dataclass
 class ProjectionRows:
-    """The projection changes of a run of events, in the order a backend must apply them:
+    """The projection changes of a run of events of one tenant (so a session id names one
+    session here), in the order a backend must apply them:
     session and task changes in event order (a task may be created and changed in one group),
     then inserts before updates (a result or correction may follow its original in one group).
     A call whose result is in the same run is inserted closed: its row is written once, and
     never enters the index of open calls."""
 
+    tenant: str
     # (session_id, seq, role, content, tokens, created_at)
     messages_added: list[tuple[str, int, str, str, int, int]] = field(default_factory=list)
     # (session_id, call_id, name, arguments, call_seq, status, result, result_seq)
@@ -139,10 +142,13 @@ class ProjectionRows:
     advanced: dict[str, SessionAdvance] = field(default_factory=dict)
 
 
-def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) -> ProjectionRows:
-    """The rows `events` change. `tenants` maps their sessions to tenants; None for a fork's
-    copies, whose task events create no tasks (the tasks stay the parent's)."""
-    rows = ProjectionRows()
+def projection_rows(
+    events: Sequence[Event], tenant: str, *, copies: bool = False
+) -> ProjectionRows:
+    """The rows `events`, all of sessions of `tenant`, change. `copies`: a fork's copies, whose
+    task events create no tasks (the tasks stay the parent's)."""
+    rows = ProjectionRows(tenant)
+    tasks = not copies
     opened: dict[tuple[str, str], int] = {}  # calls opened in this run -> index in calls_opened
     for event in events:
         sid = event.session_id
@@ -172,9 +178,9 @@ def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) 
                     totals = rows.usage.setdefault(sid, [0, 0])
                     totals[0] += prompt
                     totals[1] += completion
-                case TaskCreated(task) if tenants is not None:
-                    rows.task_changes.append(replace(task, tenant=tenants[sid]))
-                case TaskChanged(task_id, changed) if tenants is not None:
+                case TaskCreated(task) if tasks:
+                    rows.task_changes.append(replace(task, tenant=tenant))
+                case TaskChanged(task_id, changed) if tasks:
                     assert changed.keys() <= _TASK_FIELDS, changed.keys()
                     encoded = {
                         k: canonical_json(v) if k in TASK_JSON_FIELDS else v
@@ -182,6 +188,20 @@ def projection_rows(events: Sequence[Event], tenants: Mapping[str, str] | None) 
                     }
                     rows.task_changes.append((task_id, encoded))
     return rows
+
+
+def by_tenant(tenants: Sequence[str], events: Sequence[Event]) -> list[tuple[str, Sequence[Event]]]:
+    """`events` (the i-th of tenant `tenants[i]`) split by tenant, each part in its order: a
+    session id names one session only within a tenant, so projections are made per tenant."""
+    if not events:
+        return []
+    first = tenants[0]
+    if all(tenant == first for tenant in tenants):  # the common case: one caller's tenant
+        return [(first, events)]
+    parts: dict[str, list[Event]] = {}
+    for tenant, event in zip(tenants, events, strict=True):
+        parts.setdefault(tenant, []).append(event)
+    return list(parts.items())
 
 
 def _advance(advanced: dict[str, SessionAdvance], event: Event) -> None:

@@ -413,8 +413,7 @@ class SQLiteStorage:
 
     def messages(self, tenant: str, session_id: str, last: int | None) -> list[Message]:
         rows = self._read(
-            f"{MESSAGE_SELECT} WHERE m.session_id = ?1"
-            " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1 AND tenant = ?2)"
+            f"{MESSAGE_SELECT} WHERE m.session_id = ?1 AND m.tenant = ?2"
             " ORDER BY m.seq DESC LIMIT ?3",
             (session_id, tenant, -1 if last is None else last),
         )
@@ -428,8 +427,7 @@ class SQLiteStorage:
         call_ids: Collection[str] | None = None,
         open_only: bool = False,
     ) -> list[ToolCall]:
-        where = "t.session_id = ?1 AND EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1"
-        where += " AND tenant = ?2)"
+        where = "t.session_id = ?1 AND t.tenant = ?2"
         params = [session_id, tenant]
         if call_ids is not None:
             where += " AND t.call_id IN (SELECT value FROM json_each(?3))"
@@ -587,7 +585,8 @@ class SQLiteStorage:
                 .execute(
                     "SELECT search_index.rowid FROM search_index"
                     " CROSS JOIN events AS e ON e.event_id = search_index.rowid"
-                    " CROSS JOIN sessions AS s ON s.session_id = e.session_id"
+                    " CROSS JOIN sessions AS s"
+                    " ON s.session_id = e.session_id AND s.tenant = e.tenant"
                     f" WHERE {' AND '.join(clauses)} ORDER BY search_index.rowid DESC LIMIT ?",
                     (*params, size),
                 )

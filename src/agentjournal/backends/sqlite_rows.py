@@ -23,13 +23,16 @@ SESSION_COLUMNS: Final = (
 MESSAGE_SELECT: Final = (
     "SELECT m.session_id, m.seq, e.type, e.payload, m.tokens,"
     " m.edited_seq, coalesce(m.created_at, e.created_at) FROM messages AS m"
-    " LEFT JOIN events AS e ON e.event_id = m.content_id AND e.session_id = m.session_id"
+    " LEFT JOIN events AS e"
+    " ON e.event_id = m.content_id AND e.session_id = m.session_id AND e.tenant = m.tenant"
 )
 TOOL_CALL_SELECT: Final = (
     "SELECT t.session_id, t.call_id, c.payload, t.call_seq,"
     " t.status, json_extract(r.payload, '$.content'), t.result_seq FROM tool_calls AS t"
-    " LEFT JOIN events AS c ON c.session_id = t.session_id AND c.seq = t.call_seq"
-    " LEFT JOIN events AS r ON r.session_id = t.session_id AND r.seq = t.result_seq"
+    " LEFT JOIN events AS c"
+    " ON c.session_id = t.session_id AND c.tenant = t.tenant AND c.seq = t.call_seq"
+    " LEFT JOIN events AS r"
+    " ON r.session_id = t.session_id AND r.tenant = t.tenant AND r.seq = t.result_seq"
 )
 
 TASK_COLUMNS: Final = ", ".join(TASK_COLUMN_NAMES)

@@ -171,13 +171,13 @@ class SearchIndex:
         self.upto_hint = upto
         conn.execute("UPDATE search_state SET indexed_upto = ?", (upto,))
 
-    def remove_session(self, conn: sqlite3.Connection, session_id: str) -> None:
+    def remove_session(self, conn: sqlite3.Connection, tenant: str, session_id: str) -> None:
         """Take the session's indexed events out of the index (before they are deleted: a
         contentless FTS5 row is deleted by giving the text it was indexed with)."""
         rows = conn.execute(
-            "SELECT event_id, type, payload FROM events WHERE session_id = ?"
+            "SELECT event_id, type, payload FROM events WHERE session_id = ? AND tenant = ?"
             " AND event_id <= (SELECT indexed_upto FROM search_state)",
-            (session_id,),
+            (session_id, tenant),
         ).fetchall()
         conn.executemany(
             "INSERT INTO search_index (search_index, rowid, body) VALUES ('delete', ?, ?)",

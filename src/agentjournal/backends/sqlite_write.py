@@ -14,6 +14,7 @@ from agentjournal.backends import ApiKeyRow, EventRow
 from agentjournal.backends.projection_rows import (
     SESSION_FIELDS,
     TASK_COLUMN_NAMES,
+    by_tenant,
     encode_session_fields,
     projection_rows,
     task_from_row,
@@ -31,7 +32,7 @@ from agentjournal.backends.sqlite_wal import WalLimit
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
 from agentjournal.projection import Projection, Task
-from agentjournal.rules import SessionState
+from agentjournal.rules import SessionKey, SessionState
 
 __all__ = ["Control", "SQLiteTx"]
 
@@ -46,9 +47,11 @@ _INSERT_EVENT: Final = (
 )
 # The text of a message or a call is read from its event (see sqlite_migrations/0004), and so
 # are a message's role and, until a correction is shown, its time (0006).
-_INSERT_MESSAGE: Final = "INSERT INTO messages (session_id, seq, tokens, content_id) VALUES "
+_INSERT_MESSAGE: Final = (
+    "INSERT INTO messages (session_id, tenant, seq, tokens, content_id) VALUES "
+)
 _INSERT_TOOL_CALL: Final = (
-    "INSERT INTO tool_calls (session_id, call_id, call_seq, status, result_seq) VALUES "
+    "INSERT INTO tool_calls (session_id, tenant, call_id, call_seq, status, result_seq) VALUES "
 )
 # A group's rows in statements of at most this many (each size is its own cached statement; 7
 # columns x 64 rows stays far below SQLite's limit on parameters).
@@ -58,7 +61,7 @@ _ADVANCE_SESSION: Final = (
     "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
     " updated_at = ?, turn_open = coalesce(?, turn_open),"
     " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
-    " WHERE session_id = ?"
+    " WHERE session_id = ? AND tenant = ?"
 )
 _INSERT_TASK: Final = (
     f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(TASK_COLUMN_NAMES))})"
@@ -147,21 +150,22 @@ class SQLiteTx:
 
     # -- look-ups for the rules: one statement for a whole group ------------------------------
 
-    def session_states(self, session_ids: Collection[str]) -> dict[str, SessionState]:
-        if len(session_ids) == 1:
+    def session_states(self, keys: Collection[SessionKey]) -> dict[SessionKey, SessionState]:
+        if len(keys) == 1:
             # The common case, a lone writer: json_each costs more than the look-up itself.
-            (only,) = session_ids
+            ((tenant, session_id),) = keys
             row = self._one(
-                "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = ?",
-                (only,),
+                "SELECT status, last_seq FROM sessions WHERE session_id = ? AND tenant = ?",
+                (session_id, tenant),
             )
-            return {only: SessionState(*row)} if row else {}
+            return {(tenant, session_id): SessionState(session_id, tenant, *row)} if row else {}
         rows = self.conn.execute(
-            "SELECT s.session_id, s.tenant, s.status, s.last_seq"
-            " FROM json_each(?) AS j CROSS JOIN sessions AS s ON s.session_id = j.value",
-            (json.dumps(list(session_ids)),),
+            "SELECT s.session_id, s.tenant, s.status, s.last_seq FROM json_each(?) AS j"
+            " CROSS JOIN sessions AS s ON s.session_id = json_extract(j.value, '$[1]')"
+            " AND s.tenant = json_extract(j.value, '$[0]')",
+            (json.dumps(list(keys), ensure_ascii=False),),
         ).fetchall()
-        return {row[0]: SessionState(*row) for row in rows}
+        return {(row[1], row[0]): SessionState(*row) for row in rows}
 
     def session_by_key(self, tenant: str, idempotency_key: str) -> str | None:
         row = self._one(
@@ -170,60 +174,75 @@ class SQLiteTx:
         )
         return row[0] if row else None
 
-    def events_by_keys(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Event]:
+    def events_by_keys(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Event]:
         rows = self.conn.execute(
-            f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
+            f"SELECT e.tenant, {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))}"
             " FROM json_each(?) AS j CROSS JOIN events AS e"
-            " ON e.session_id = json_extract(j.value, '$[0]')"
-            " AND e.idempotency_key = json_extract(j.value, '$[1]')"
+            " ON e.session_id = json_extract(j.value, '$[1]')"
+            " AND e.tenant = json_extract(j.value, '$[0]')"
+            " AND e.idempotency_key = json_extract(j.value, '$[2]')"
             " WHERE e.idempotency_key IS NOT NULL",
-            (json.dumps(list(pairs), ensure_ascii=False),),
+            (json.dumps(list(keys), ensure_ascii=False),),
         ).fetchall()
-        events = [event_from_row(row) for row in rows]
-        return {(e.session_id, e.idempotency_key): e for e in events if e.idempotency_key}
+        found = {}
+        for row in rows:
+            event = event_from_row(row[1:])
+            assert event.idempotency_key is not None
+            found[(row[0], event.session_id, event.idempotency_key)] = event
+        return found
 
-    def tool_call_statuses(self, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        if len(pairs) == 1:
-            ((session_id, call_id),) = pairs
+    def tool_call_statuses(
+        self, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], str]:
+        if len(keys) == 1:
+            ((tenant, session_id, call_id),) = keys
             row = self._one(
-                "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?",
-                (session_id, call_id),
+                "SELECT status FROM tool_calls WHERE session_id = ? AND tenant = ? AND call_id = ?",
+                (session_id, tenant, call_id),
             )
-            return {(session_id, call_id): row[0]} if row else {}
+            return {(tenant, session_id, call_id): row[0]} if row else {}
         rows = self.conn.execute(
-            "SELECT t.session_id, t.call_id, t.status FROM json_each(?) AS j"
-            " CROSS JOIN tool_calls AS t ON t.session_id = json_extract(j.value, '$[0]')"
-            " AND t.call_id = json_extract(j.value, '$[1]')",
-            (json.dumps(list(pairs), ensure_ascii=False),),
+            "SELECT t.tenant, t.session_id, t.call_id, t.status FROM json_each(?) AS j"
+            " CROSS JOIN tool_calls AS t ON t.session_id = json_extract(j.value, '$[1]')"
+            " AND t.tenant = json_extract(j.value, '$[0]')"
+            " AND t.call_id = json_extract(j.value, '$[2]')",
+            (json.dumps(list(keys), ensure_ascii=False),),
         ).fetchall()
-        return {(row[0], row[1]): row[2] for row in rows}
+        return {(row[0], row[1], row[2]): row[3] for row in rows}
 
     def message_kinds(
-        self, pairs: Collection[tuple[str, int]]
-    ) -> dict[tuple[str, int], tuple[str, bool]]:
+        self, keys: Collection[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[str, bool]]:
         rows = self.conn.execute(
-            "SELECT e.session_id, e.seq, e.type,"
+            "SELECT e.tenant, e.session_id, e.seq, e.type,"
             " json_extract(e.payload, '$.supersedes') IS NOT NULL"
             " FROM json_each(?) AS j CROSS JOIN events AS e"
-            " ON e.session_id = json_extract(j.value, '$[0]')"
-            " AND e.seq = json_extract(j.value, '$[1]')",
-            (json.dumps(list(pairs), ensure_ascii=False),),
+            " ON e.session_id = json_extract(j.value, '$[1]')"
+            " AND e.tenant = json_extract(j.value, '$[0]')"
+            " AND e.seq = json_extract(j.value, '$[2]')",
+            (json.dumps(list(keys), ensure_ascii=False),),
         ).fetchall()
-        return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows if r[2] in MESSAGE_ROLES}
+        return {(r[0], r[1], r[2]): (r[3], bool(r[4])) for r in rows if r[3] in MESSAGE_ROLES}
 
-    def compaction_floor(self, session_id: str) -> int:
+    def compaction_floor(self, session: SessionKey) -> int:
+        tenant, session_id = session
         row = self._one(
             "SELECT json_extract(payload, '$.until_seq') FROM events"
-            " WHERE session_id = ? AND type = 'context_compacted' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
+            " WHERE session_id = ? AND tenant = ? AND type = 'context_compacted'"
+            " ORDER BY seq DESC LIMIT 1",
+            (session_id, tenant),
         )
         return int(row[0]) if row else 0
 
-    def calls_open_at(self, session_id: str, seq: int) -> list[tuple[str, int]]:
+    def calls_open_at(self, session: SessionKey, seq: int) -> list[tuple[str, int]]:
+        tenant, session_id = session
         rows = self.conn.execute(
             "SELECT call_id, coalesce(result_seq, 0) FROM tool_calls"
-            " WHERE session_id = ? AND call_seq <= ? AND (result_seq IS NULL OR result_seq > ?)",
-            (session_id, seq, seq),
+            " WHERE session_id = ? AND tenant = ? AND call_seq <= ?"
+            " AND (result_seq IS NULL OR result_seq > ?)",
+            (session_id, tenant, seq, seq),
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
@@ -257,8 +276,11 @@ class SQLiteTx:
             (now, tenant, limit),
         )
 
-    def session_tasks(self, session_id: str) -> list[Task]:
-        return self._tasks("session_id = ? ORDER BY created_seq", (session_id,))
+    def session_tasks(self, session: SessionKey) -> list[Task]:
+        tenant, session_id = session
+        return self._tasks(
+            "session_id = ? AND tenant = ? ORDER BY created_seq", (session_id, tenant)
+        )
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -273,7 +295,6 @@ class SQLiteTx:
 
     def insert_events(self, rows: Sequence[EventRow]) -> list[Event]:
         params: list[Any] = []
-        tenants: dict[str, str] = {}
         for row in rows:
             event = row.event
             params += (
@@ -285,7 +306,6 @@ class SQLiteTx:
                 event.idempotency_key,
                 row.created_at,
             )
-            tenants[row.session_id] = row.tenant
         ids = _insert_flat(self.conn, _INSERT_EVENT, 7, params)
         stored = [
             Event(
@@ -300,7 +320,8 @@ class SQLiteTx:
             )
             for row, event_id in zip(rows, ids, strict=True)
         ]
-        self._project(stored, tenants)
+        for tenant, events in by_tenant([row.tenant for row in rows], stored):
+            self._project(events, tenant)
         if self.search is not None and self.appends_index and stored:
             self.search.note(stored[-1].event_id)  # indexed after the commit, if due
         return stored
@@ -313,20 +334,21 @@ class SQLiteTx:
             (target_id, source_id, tenant, until_seq),
         )
         rows = self.conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq", (target_id,)
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND tenant = ? ORDER BY seq",
+            (target_id, tenant),
         ).fetchall()
         copied = [event_from_row(row) for row in rows]
-        self._project(copied, None)
+        self._project(copied, tenant, copies=True)
         if self.search is not None and self.appends_index and copied:
             self.search.note(max(e.event_id for e in copied))
         return len(rows)
 
-    def _project(self, events: Sequence[Event], tenants: Mapping[str, str] | None) -> None:
-        """Apply the projections of `events` (see `projection_rows`) and move the counters of
-        their sessions, once per session."""
-        rows = projection_rows(events, tenants)
+    def _project(self, events: Sequence[Event], tenant: str, *, copies: bool = False) -> None:
+        """Apply the projections of `events`, all of `tenant` (see `projection_rows`), and move
+        the counters of their sessions, once per session."""
+        rows = projection_rows(events, tenant, copies=copies)
         for sid, fields in rows.session_changes:
-            self._update_session(sid, fields)
+            self._update_session(tenant, sid, fields)
         for change in rows.task_changes:
             if isinstance(change, Task):
                 self.conn.execute(_INSERT_TASK, task_values(change))
@@ -338,14 +360,17 @@ class SQLiteTx:
             _insert_rows(
                 self.conn,
                 _INSERT_MESSAGE,
-                [(sid, seq, tokens, ids[(sid, seq)]) for sid, seq, _, _, tokens, _ in added],
+                [
+                    (sid, tenant, seq, tokens, ids[(sid, seq)])
+                    for sid, seq, _, _, tokens, _ in added
+                ],
             )
         if rows.calls_opened:
             _insert_rows(
                 self.conn,
                 _INSERT_TOOL_CALL,
                 [
-                    (sid, call_id, call_seq, status, result_seq)
+                    (sid, tenant, call_id, call_seq, status, result_seq)
                     for sid, call_id, _, _, call_seq, status, _, result_seq in rows.calls_opened
                 ],
             )
@@ -355,17 +380,20 @@ class SQLiteTx:
                 # side sees the row as it was), then kept: the shown event is no longer it.
                 "UPDATE messages SET tokens = ?, edited_seq = ?, content_id = ?, created_at ="
                 " coalesce(created_at, (SELECT created_at FROM events WHERE event_id = content_id))"
-                " WHERE session_id = ? AND seq = ?",
+                " WHERE session_id = ? AND tenant = ? AND seq = ?",
                 [
-                    (tokens, edited, ids[(sid, edited)], sid, seq)
+                    (tokens, edited, ids[(sid, edited)], sid, tenant, seq)
                     for _, tokens, edited, sid, seq in rows.messages_corrected
                 ],
             )
         if rows.calls_closed:
             self.conn.executemany(
                 "UPDATE tool_calls SET status = ?, result_seq = ?"
-                " WHERE session_id = ? AND call_id = ?",
-                [row[1:] for row in rows.calls_closed],
+                " WHERE session_id = ? AND tenant = ? AND call_id = ?",
+                [
+                    (status, result_seq, sid, tenant, call_id)
+                    for _, status, result_seq, sid, call_id in rows.calls_closed
+                ],
             )
         no_usage = [0, 0]
         self.conn.executemany(
@@ -379,17 +407,18 @@ class SQLiteTx:
                     a.turn_open,
                     *rows.usage.get(sid, no_usage),
                     sid,
+                    tenant,
                 )
                 for sid, a in rows.advanced.items()
             ],
         )
 
-    def _update_session(self, session_id: str, fields: Mapping[str, Any]) -> None:
+    def _update_session(self, tenant: str, session_id: str, fields: Mapping[str, Any]) -> None:
         """`fields` encoded already (projection_rows.encode_session_fields)."""
         assignments = ", ".join(f"{name} = ?" for name in fields)
         self.conn.execute(
-            f"UPDATE sessions SET {assignments} WHERE session_id = ?",
-            (*fields.values(), session_id),
+            f"UPDATE sessions SET {assignments} WHERE session_id = ? AND tenant = ?",
+            (*fields.values(), session_id, tenant),
         )
 
     def _update_task(self, task_id: str, fields: Mapping[str, Any]) -> None:
@@ -401,30 +430,39 @@ class SQLiteTx:
     def replace_projection(self, tenant: str, projection: Projection) -> None:
         session = projection.session
         sid = session.session_id
-        self.conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
-        self.conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (sid,))
-        self.conn.execute("DELETE FROM tasks WHERE session_id = ?", (sid,))
+        for table in ("messages", "tool_calls", "tasks"):
+            self.conn.execute(
+                f"DELETE FROM {table} WHERE session_id = ? AND tenant = ?", (sid, tenant)
+            )
         self.conn.executemany(
             _INSERT_TASK, [task_values(task) for task in projection.tasks.values()]
         )
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, tokens, edited_seq, created_at, content_id)"
-            " SELECT ?1, ?2, ?3, ?4, ?5, event_id FROM events"
-            " WHERE session_id = ?1 AND seq = coalesce(?4, ?2)",
+            "INSERT INTO messages"
+            " (session_id, tenant, seq, tokens, edited_seq, created_at, content_id)"
+            " SELECT ?1, ?6, ?2, ?3, ?4, ?5, event_id FROM events"
+            " WHERE session_id = ?1 AND tenant = ?6 AND seq = coalesce(?4, ?2)",
             [
-                (sid, m.seq, m.tokens, m.edited_seq, None if m.edited_seq is None else m.created_at)
+                (
+                    sid,
+                    m.seq,
+                    m.tokens,
+                    m.edited_seq,
+                    None if m.edited_seq is None else m.created_at,
+                    tenant,
+                )
                 for m in projection.messages.values()
             ],
         )
         self.conn.executemany(
-            _INSERT_TOOL_CALL + _row_marks(5),
+            _INSERT_TOOL_CALL + _row_marks(6),
             [
-                (sid, t.call_id, t.call_seq, t.status, t.result_seq)
+                (sid, tenant, t.call_id, t.call_seq, t.status, t.result_seq)
                 for t in projection.tool_calls.values()
             ],
         )
         fields = {name: getattr(session, name) for name in SESSION_FIELDS}
-        self._update_session(sid, encode_session_fields(fields))
+        self._update_session(tenant, sid, encode_session_fields(fields))
         self.conn.execute(
             "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = ?, updated_at = ?,"
             " prompt_tokens = ?, completion_tokens = ? WHERE session_id = ? AND tenant = ?",
@@ -451,14 +489,16 @@ class SQLiteTx:
             (tenant, session_id, actor, at, count),
         )
         if self.search is not None:
-            self.search.remove_session(self.conn, session_id)
+            self.search.remove_session(self.conn, tenant, session_id)
         elif self._one("SELECT 1 FROM sqlite_master WHERE name = 'search_index'", ()):
             raise StorageError(
                 "this SQLite has no FTS5, so purge cannot remove the session from the search"
                 " index that this database holds; purge with a SQLite that has FTS5"
             )
         for table in ("messages", "tool_calls", "tasks", "events", "sessions"):
-            self.conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            self.conn.execute(
+                f"DELETE FROM {table} WHERE session_id = ? AND tenant = ?", (session_id, tenant)
+            )
         self.conn.execute(
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
         )
