@@ -280,7 +280,8 @@ def test_version_7_keys_sessions_by_tenant_and_id_and_keeps_a_version_6_file(
     write_old_version(db_path, 6, _V6_ROWS.replace("{tokens}", str(tokens)))
     with Journal.open(db_path) as journal:
         acme = journal.for_tenant("acme")
-        assert journal.verify().ok and acme.verify().ok
+        assert journal.verify().ok
+        assert acme.verify().ok
         assert journal.messages("s") == [Message("s", 2, "user", "你好!", tokens, 4, 2)]
         assert journal.tool_calls("s") == [ToolCall("s", "a", "f", "{}", 3)]
         assert [e.event_id for e in journal.events("s")] == [1, 2, 3, 5]
@@ -300,7 +301,8 @@ def test_version_7_keys_sessions_by_tenant_and_id_and_keeps_a_version_6_file(
         acme.cancel_task("task_1")
         assert journal.get_session("s").title == "v6"
         assert [t.status for t in acme.tasks(session_id="t")] == ["cancelled", "cancelled"]
-        assert journal.verify().ok and acme.verify().ok
+        assert journal.verify().ok
+        assert acme.verify().ok
         assert journal.storage.integrity_errors() == []
     with sqlite3.connect(db_path) as conn:
         keys = {

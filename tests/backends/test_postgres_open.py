@@ -209,7 +209,8 @@ def test_a_version_4_schema_upgrades_to_sessions_keyed_by_tenant_and_id(
             b.append(sid, "user_message", {"content": "b here"})
             journal.cancel_task(task.task_id)
             assert journal.replay(sid) == SEED_REPLAY
-            assert journal.verify().ok and b.verify().ok
+            assert journal.verify().ok
+            assert b.verify().ok
             with psycopg.connect(ADMIN_URL) as conn:
                 keys = conn.execute(
                     "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"

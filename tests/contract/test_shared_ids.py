@@ -8,7 +8,6 @@ if the other tenant had no such session.
 
 from __future__ import annotations
 
-
 import pytest
 
 from agentjournal import Conflict, Journal, NewEvent, SessionNotFound
@@ -93,7 +92,8 @@ def test_keys_call_ids_and_expected_seq_are_per_tenant(journal: Journal) -> None
     a, b = shared(journal)
     # A retry with a key both used returns the caller's own event.
     again = b.append(SID, "user_message", {"content": "b asks about parcel"}, idempotency_key="k2")
-    assert again.seq == 2 and again.payload["content"] == "b asks about parcel"
+    assert again.seq == 2
+    assert again.payload["content"] == "b asks about parcel"
     with pytest.raises(Conflict):
         b.append(SID, "user_message", {"content": "a asks about parcel"}, idempotency_key="k2")
     # A's appends move A's seq only; B's expected_seq is checked against B's own.
@@ -110,7 +110,8 @@ def test_keys_call_ids_and_expected_seq_are_per_tenant(journal: Journal) -> None
     b.append(SID, "user_message", {"content": "b fixed", "supersedes": 2})
     assert a.messages(SID)[0].content == "a asks about parcel"
     assert b.messages(SID)[0].content == "b fixed"
-    assert a.verify().ok and b.verify().ok
+    assert a.verify().ok
+    assert b.verify().ok
 
 
 def test_compact_fork_and_search_stay_in_their_tenant(journal: Journal) -> None:
@@ -125,10 +126,12 @@ def test_compact_fork_and_search_stay_in_their_tenant(journal: Journal) -> None:
         b.get_session(fork_a.session_id)
     hits_a = a.search("parcel").hits
     hits_b = b.search("parcel").hits
-    assert hits_a and hits_b
+    assert hits_a
+    assert hits_b
     assert all(h.session_id in (SID, fork_a.session_id) for h in hits_a)
     assert all("b" in h.snippet and "a " not in h.snippet for h in hits_b)
-    assert a.verify().ok and b.verify().ok
+    assert a.verify().ok
+    assert b.verify().ok
 
 
 def test_tasks_of_one_id_are_per_tenant(journal: Journal) -> None:
@@ -139,14 +142,16 @@ def test_tasks_of_one_id_are_per_tenant(journal: Journal) -> None:
     assert [t.input for t in a.tasks(session_id=SID)] == [{"who": "a"}]
     assert [t.input for t in b.tasks(session_id=SID)] == [{"who": "b"}]
     claimed = a.claim_task("worker", ["ship"], lease_seconds=60)
-    assert claimed is not None and claimed.task_id == task_a.task_id
+    assert claimed is not None
+    assert claimed.task_id == task_a.task_id
     # Deleting A's session cancels A's open tasks, not B's of the same session id.
     a.delete_session(SID)
     assert a.get_task(task_a.task_id).status == "cancelled"
     assert b.get_task(task_b.task_id).status == "pending"
     assert b.get_session(SID).status == "active"
     b.append(SID, "user_message", {"content": "still here"})
-    assert a.verify().ok and b.verify().ok
+    assert a.verify().ok
+    assert b.verify().ok
 
 
 def test_purge_removes_one_tenants_session_only(journal: Journal) -> None:
@@ -159,8 +164,10 @@ def test_purge_removes_one_tenants_session_only(journal: Journal) -> None:
     assert a.search("parcel").hits == []
     # The id is free again for A, and A's new session starts from seq 1.
     a.create_session("A again", session_id=SID)
-    assert a.get_session(SID).last_seq == 1 and b.get_session(SID).last_seq == 5
-    assert a.verify().ok and b.verify().ok
+    assert a.get_session(SID).last_seq == 1
+    assert b.get_session(SID).last_seq == 5
+    assert a.verify().ok
+    assert b.verify().ok
 
 
 def test_export_import_moves_a_session_between_tenants_of_the_same_id(journal: Journal) -> None:
@@ -175,4 +182,6 @@ def test_export_import_moves_a_session_between_tenants_of_the_same_id(journal: J
     report = c.import_lines(lambda: lines)
     assert report.events == 5
     assert [e.payload for e in c.events(SID)] == [e.payload for e in a.events(SID)]
-    assert c.verify().ok and a.verify().ok and b.verify().ok
+    assert c.verify().ok
+    assert a.verify().ok
+    assert b.verify().ok
