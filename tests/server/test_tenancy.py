@@ -714,3 +714,50 @@ def test_search_finds_only_the_callers_sessions(tenants: Tenants) -> None:
     for tenant in (A, B):
         hits = tenants.ok(tenant, "GET", "/v1/search", params={"q": shared, "limit": 100})["hits"]
         assert {h["session_id"] for h in hits} == {sessions[tenant]}, tenant
+
+
+def test_tenants_holding_one_session_id_each_reach_their_own(
+    tenants: Tenants, server_db: Path | str
+) -> None:
+    """A and B both hold a session of one caller-chosen id (made through the library, as a
+    framework integration would): every route answers each with its own, and what one does to
+    it (append, fork, purge) leaves the other's untouched."""
+    sid = f"user-{secrets.token_hex(4)}"
+    word = f"w{secrets.token_hex(4)}"
+    with Journal.open(server_db) as journal:
+        for tenant in (A, B):
+            view = journal.for_tenant(tenant)
+            view.create_session(f"{tenant}'s", session_id=sid, system_prompt=tenant)
+            view.append(sid, "user_message", {"content": f"{tenant} {word}"}, idempotency_key="k")
+    for tenant in (A, B):
+        assert tenants.ok(tenant, "GET", f"/v1/sessions/{sid}")["title"] == f"{tenant}'s"
+        page = tenants.ok(tenant, "GET", f"/v1/sessions/{sid}/events")
+        assert [e["payload"].get("content") for e in page["events"]] == [None, f"{tenant} {word}"]
+        replay = tenants.ok(tenant, "GET", f"/v1/sessions/{sid}/replay")
+        assert replay["messages"][0] == {"role": "system", "content": tenant}
+        hits = tenants.ok(tenant, "GET", "/v1/search", params={"q": word})["hits"]
+        assert [(h["session_id"], h["snippet"]) for h in hits] == [(sid, f"{tenant} {word}")]
+        stream = tenants.http.get(
+            f"/v1/sessions/{sid}/events/stream",
+            params={"follow": "false"},
+            headers=tenants.auth(tenant),
+        )
+        assert stream.status_code == 200
+        assert f"{tenant} {word}" in stream.text
+        assert f"{({A, B} - {tenant}).pop()} {word}" not in stream.text
+        appended = tenants.ok(
+            tenant,
+            "POST",
+            f"/v1/sessions/{sid}/events",
+            json={"type": "user_message", "payload": {"content": "next"}, "expected_seq": 2},
+        )
+        assert appended["seq"] == 3
+    fork = tenants.ok(A, "POST", f"/v1/sessions/{sid}/fork", json={"at_seq": 2})
+    assert fork["forked_from"] == sid
+    purged = tenants.http.delete(
+        f"/v1/sessions/{sid}", params={"purge": "true"}, headers=tenants.auth(A)
+    )
+    assert purged.is_success, purged.text
+    assert tenants.http.get(f"/v1/sessions/{sid}", headers=tenants.auth(A)).status_code == 404
+    kept = tenants.ok(B, "GET", f"/v1/sessions/{sid}")
+    assert (kept["title"], kept["last_seq"]) == (f"{B}'s", 3)
