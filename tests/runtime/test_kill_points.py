@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from agentjournal import Event, Journal
+from agentjournal import Event, Journal, ModelError
 from agentjournal.runtime import (
     Agent,
     Invocation,
@@ -230,3 +230,26 @@ def test_resume_leaves_other_agents_sessions_alone(journal: Journal, tmp_path: P
         plain.session_id,
     }
     assert not ledger.exists()
+
+
+class _Unreachable:
+    def complete(self, messages: list[dict[str, Any]], tools: Sequence[Tool]) -> ModelReply:
+        raise ModelError("the model is down")
+
+
+def test_resume_names_the_tenant_of_each_turn_it_could_not_finish(journal: Journal) -> None:
+    """Two tenants' cut turns in sessions of one id are two entries, each with its tenant."""
+    agent = Agent(_Unreachable(), name=AGENT)
+    for tenant in ("a", "b"):
+        view = journal.for_tenant(tenant)
+        view.create_session(tenant, session_id="user-42", metadata={"agent": AGENT})
+        view.append("user-42", "user_message", {"content": REQUEST})
+
+    report = resume_incomplete(journal, [agent], all_tenants=True)
+
+    assert report.finished == []
+    assert sorted((t.tenant, t.session_id) for t in report.failed) == [
+        ("a", "user-42"),
+        ("b", "user-42"),
+    ]
+    assert all("the model is down" in turn.reason for turn in report.failed)

@@ -330,8 +330,8 @@ def test_a_model_error_mid_turn_is_finished_by_resume_once_the_server_works(
     before = settled_feed(journal)
     down = resume_incomplete(journal, [agent])
     assert down.finished == []
-    [(failed_id, why)] = down.failed
-    assert failed_id == session.session_id
+    [(failed_id, why, tenant)] = down.failed
+    assert (failed_id, tenant) == (session.session_id, "default")
     assert "ModelError" in why
     assert "503" in why
     assert settled_feed(journal) == before

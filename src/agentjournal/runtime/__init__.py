@@ -13,7 +13,7 @@ from agentjournal.runtime.agent import (
 from agentjournal.runtime.anthropic_model import AnthropicModel
 from agentjournal.runtime.model_loop import TurnControl
 from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
-from agentjournal.runtime.resume import ResumeReport, resume_incomplete
+from agentjournal.runtime.resume import ResumeReport, UnfinishedTurn, resume_incomplete
 from agentjournal.runtime.streaming import (
     Completed,
     ModelChunk,
@@ -49,6 +49,7 @@ __all__ = [
     "TurnItem",
     "TurnResult",
     "TurnStream",
+    "UnfinishedTurn",
     "Worker",
     "resume_incomplete",
 ]

@@ -5,22 +5,32 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from agentjournal.errors import Conflict
 from agentjournal.journal import Journal
 from agentjournal.runtime.agent import Agent, TurnResult
 
-__all__ = ["ResumeReport", "resume_incomplete"]
+__all__ = ["ResumeReport", "UnfinishedTurn", "resume_incomplete"]
 
 log = logging.getLogger("agentjournal.runtime")
 
 
+class UnfinishedTurn(NamedTuple):
+    """A cut turn that could not be finished, and why. The tenant is part of the session's
+    name: with `all_tenants`, two tenants may each have a session of the id."""
+
+    session_id: str
+    reason: str
+    tenant: str
+
+
 @dataclass
 class ResumeReport:
-    """Turns finished now, and turns that could not be (session id, why): call again later."""
+    """Turns finished now, and turns that could not be: call again later for those."""
 
     finished: list[TurnResult] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[UnfinishedTurn] = field(default_factory=list)
 
 
 def resume_incomplete(
@@ -56,7 +66,8 @@ def resume_incomplete(
             continue  # running, not cut: its own process finishes it
         except Exception as exc:  # one session's failure must not stop the others, nor start-up
             log.warning("could not finish the turn of %s: %s", session.session_id, exc)
-            report.failed.append((session.session_id, f"{type(exc).__name__}: {exc}"))
+            reason = f"{type(exc).__name__}: {exc}"
+            report.failed.append(UnfinishedTurn(session.session_id, reason, session.tenant))
             continue
         if result is not None:
             report.finished.append(result)

@@ -50,7 +50,7 @@ class AgentHost:
         # starts after that is abandoned as it registers: both happen under `_lock`).
         self._controls: set[TurnControl] = set()
         self._abandoning = False
-        self._unfinished: dict[str, str] = {}  # session id -> tenant, turns resume left open
+        self._unfinished: set[tuple[str, str]] = set()  # (tenant, session id) resume left open
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)  # notified as each turn ends
         self._stop = threading.Event()
@@ -69,8 +69,7 @@ class AgentHost:
             len(report.finished),
             len(report.failed),
         )
-        tenants = {s.session_id: s.tenant for s in recovery.open_turns}
-        self._unfinished = {sid: tenants.get(sid, self.journal.tenant) for sid, _ in report.failed}
+        self._unfinished = {(turn.tenant, turn.session_id) for turn in report.failed}
         self._spawn(self._retry_unfinished, "agentjournal-resume")
         if self.agent.task_handlers:
             worker = Worker(
@@ -191,7 +190,7 @@ class AgentHost:
 
     def _retry_unfinished(self) -> None:
         while self._unfinished and not self._stop.wait(self.retry_seconds):
-            for session_id, tenant in list(self._unfinished.items()):
+            for tenant, session_id in list(self._unfinished):
                 if (tenant, session_id) in self._running:
                     continue
                 try:
@@ -199,7 +198,7 @@ class AgentHost:
                 except Exception as exc:  # still down: try again next round
                     log.warning("turn of %s still unfinished: %s", session_id, exc)
                     continue
-                del self._unfinished[session_id]
+                self._unfinished.discard((tenant, session_id))
 
 
 class _Recorder:
