@@ -62,7 +62,7 @@ REPLAY_TARGET_SIZE = 4_000
 # (tests/test_bench_smoke.py checks), or the ratio measures a different schema.
 RAW_SCHEMA = """
 CREATE TABLE sessions (
-    session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL, tenant TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'archived', 'deleted')),
     model TEXT, system_prompt TEXT, metadata TEXT NOT NULL DEFAULT '{}', forked_from TEXT,
     forked_at_seq INTEGER, last_seq INTEGER NOT NULL DEFAULT 0,
@@ -70,35 +70,39 @@ CREATE TABLE sessions (
     prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0,
     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, idempotency_key TEXT,
     turn_open INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (tenant, idempotency_key)
+    PRIMARY KEY (session_id, tenant), UNIQUE (tenant, idempotency_key)
 );
 CREATE INDEX sessions_by_activity ON sessions (tenant, last_event_id DESC);
 CREATE INDEX sessions_turn_open ON sessions (tenant) WHERE turn_open = 1;
 CREATE TABLE events (
     event_id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL,
-    session_id TEXT NOT NULL REFERENCES sessions (session_id),
+    session_id TEXT NOT NULL,
     seq INTEGER NOT NULL CHECK (seq >= 1), type TEXT NOT NULL, payload TEXT NOT NULL,
     idempotency_key TEXT, created_at INTEGER NOT NULL,
-    UNIQUE (session_id, seq)
+    UNIQUE (session_id, tenant, seq),
+    FOREIGN KEY (session_id, tenant) REFERENCES sessions (session_id, tenant)
 );
-CREATE UNIQUE INDEX events_idempotency ON events (session_id, idempotency_key)
+CREATE UNIQUE INDEX events_idempotency ON events (session_id, tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX events_by_tenant ON events (tenant, event_id);
-CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'context_compacted';
+CREATE INDEX events_compactions ON events (session_id, tenant, seq)
+    WHERE type = 'context_compacted';
 CREATE TABLE messages (
-    session_id TEXT NOT NULL REFERENCES sessions (session_id), seq INTEGER NOT NULL,
+    session_id TEXT NOT NULL, tenant TEXT NOT NULL, seq INTEGER NOT NULL,
     tokens INTEGER NOT NULL, edited_seq INTEGER,
     created_at INTEGER CHECK ((created_at IS NULL) = (edited_seq IS NULL)),
-    content_id INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
+    content_id INTEGER NOT NULL, PRIMARY KEY (session_id, tenant, seq),
+    FOREIGN KEY (session_id, tenant) REFERENCES sessions (session_id, tenant)
 ) WITHOUT ROWID;
 CREATE TABLE tool_calls (
-    session_id TEXT NOT NULL REFERENCES sessions (session_id), call_id TEXT NOT NULL,
+    session_id TEXT NOT NULL, tenant TEXT NOT NULL, call_id TEXT NOT NULL,
     call_seq INTEGER NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'ok', 'error')),
-    result_seq INTEGER, PRIMARY KEY (session_id, call_id)
+    result_seq INTEGER, PRIMARY KEY (session_id, tenant, call_id),
+    FOREIGN KEY (session_id, tenant) REFERENCES sessions (session_id, tenant)
 ) WITHOUT ROWID;
-CREATE INDEX tool_calls_by_seq ON tool_calls (session_id, call_seq);
-CREATE INDEX tool_calls_open ON tool_calls (session_id) WHERE status = 'pending';
+CREATE INDEX tool_calls_by_seq ON tool_calls (session_id, tenant, call_seq);
+CREATE INDEX tool_calls_open ON tool_calls (session_id, tenant) WHERE status = 'pending';
 """
 
 
@@ -258,31 +262,31 @@ class RawJournal:
                 if type_ in ROLES:
                     content = payload["content"]
                     execute(
-                        "INSERT INTO messages (session_id, seq, tokens, content_id)"
-                        " VALUES (?, ?, ?, ?)",
-                        (session_id, seq, len(content) // 3 + 4, event_id),
+                        "INSERT INTO messages (session_id, tenant, seq, tokens, content_id)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (session_id, TENANT, seq, len(content) // 3 + 4, event_id),
                     )
                     usage = payload.get("usage") or {}
                     prompt += usage.get("prompt_tokens", 0)
                     completion += usage.get("completion_tokens", 0)
                 elif type_ == "tool_call":
                     execute(
-                        "INSERT INTO tool_calls (session_id, call_id, call_seq, status)"
-                        " VALUES (?, ?, ?, 'pending')",
-                        (session_id, payload["call_id"], seq),
+                        "INSERT INTO tool_calls (session_id, tenant, call_id, call_seq, status)"
+                        " VALUES (?, ?, ?, ?, 'pending')",
+                        (session_id, TENANT, payload["call_id"], seq),
                     )
                 elif type_ == "tool_result":
                     execute(
                         "UPDATE tool_calls SET status = 'ok', result_seq = ?"
-                        " WHERE session_id = ? AND call_id = ?",
-                        (seq, session_id, payload["call_id"]),
+                        " WHERE session_id = ? AND tenant = ? AND call_id = ?",
+                        (seq, session_id, TENANT, payload["call_id"]),
                     )
             execute(
                 "UPDATE sessions SET last_seq = ?, last_event_id = ?,"
                 " event_count = event_count + ?, updated_at = ?, prompt_tokens = prompt_tokens + ?,"
                 " completion_tokens = completion_tokens + ?, turn_open = coalesce(?, turn_open)"
-                " WHERE session_id = ?",
-                (seq, event_id, len(specs), now, prompt, completion, turn_open, session_id),
+                " WHERE session_id = ? AND tenant = ?",
+                (seq, event_id, len(specs), now, prompt, completion, turn_open, session_id, TENANT),
             )
             execute("COMMIT")
         except BaseException:
@@ -305,8 +309,8 @@ class RawReader:
             "SELECT m.session_id, m.seq, e.type, json_extract(e.payload, '$.content'), m.tokens,"
             " m.edited_seq, coalesce(m.created_at, e.created_at) FROM messages AS m"
             " JOIN events AS e ON e.event_id = m.content_id"
-            " WHERE m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
-            (session_id, last),
+            " WHERE m.session_id = ? AND m.tenant = ? ORDER BY m.seq DESC LIMIT ?",
+            (session_id, TENANT, last),
         ).fetchall()
         rows.reverse()
         # A message's role is the type of the event it shows (schema v6).
@@ -315,8 +319,8 @@ class RawReader:
     def payloads(self, session_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             "SELECT event_id, session_id, seq, type, payload, idempotency_key, created_at"
-            " FROM events WHERE session_id = ? ORDER BY seq",
-            (session_id,),
+            " FROM events WHERE session_id = ? AND tenant = ? ORDER BY seq",
+            (session_id, TENANT),
         ).fetchall()
         return [json.loads(row[4]) for row in rows]
 

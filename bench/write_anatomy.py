@@ -69,11 +69,12 @@ class SameSQL:
         call = events[1]["payload"]["call_id"]
         execute("BEGIN IMMEDIATE")
         execute(
-            "SELECT session_id, tenant, status, last_seq FROM sessions WHERE session_id = ?",
-            ("s",),
+            "SELECT status, last_seq FROM sessions WHERE session_id = ? AND tenant = ?",
+            ("s", "default"),
         ).fetchall()
         execute(
-            "SELECT status FROM tool_calls WHERE session_id = ? AND call_id = ?", ("s", call)
+            "SELECT status FROM tool_calls WHERE session_id = ? AND tenant = ? AND call_id = ?",
+            ("s", "default", call),
         ).fetchall()
         ids = []
         for offset, event in enumerate(events, start=1):
@@ -85,20 +86,21 @@ class SameSQL:
                 ).lastrowid
             )
         self.conn.executemany(
-            "INSERT INTO messages (session_id, seq, tokens, content_id) VALUES (?, ?, ?, ?)",
-            [("s", seq + 1, 50, ids[0]), ("s", seq + 4, 50, ids[3])],
+            "INSERT INTO messages (session_id, tenant, seq, tokens, content_id)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [("s", "default", seq + 1, 50, ids[0]), ("s", "default", seq + 4, 50, ids[3])],
         )
         self.conn.executemany(
-            "INSERT INTO tool_calls (session_id, call_id, call_seq, status, result_seq)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [("s", call, seq + 2, "ok", seq + 3)],
+            "INSERT INTO tool_calls (session_id, tenant, call_id, call_seq, status, result_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [("s", "default", call, seq + 2, "ok", seq + 3)],
         )
         self.conn.executemany(
             "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
             " updated_at = ?, turn_open = coalesce(?, turn_open),"
             " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
-            " WHERE session_id = ?",
-            [(seq + 4, ids[3], 4, 1, False, 0, 0, "s")],
+            " WHERE session_id = ? AND tenant = ?",
+            [(seq + 4, ids[3], 4, 1, False, 0, 0, "s", "default")],
         )
         execute("COMMIT")
         self.seq += 4
