@@ -4,8 +4,9 @@ across instances, row-level security, the rules the database enforces by itself,
 transaction-mode poolers, and several instances starting, recovering and claiming at once.
 
 The contract suite (tests/test_*.py with the `journal` fixture) covers everything both backends
-share. Raw connections here log in as `agentjournal_test`, an ordinary role, so row-level security
-applies to them as to the application; `ADMIN_URL` is a superuser, used to watch and to kill.
+share. Raw connections here log in as the application role (`ROLE`), which owns nothing, so
+row-level security applies to them as to the application; the few that need DDL log in as the
+schema's owner (`OWNER`); `ADMIN_URL` is a superuser, used to watch and to kill.
 """
 
 from __future__ import annotations
