@@ -9,6 +9,7 @@ deployment story around it (`migrate` as the owner, `MigrationRequired` for the 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import closing
@@ -283,3 +284,18 @@ def test_migrate_on_sqlite_creates_the_file_and_has_nothing_to_grant(tmp_path: A
     Journal.migrate(path)
     with Journal.open(path, create=False) as journal:
         assert journal.sessions() == []
+
+
+def test_the_cli_names_the_command_and_runs_it(new_schema: str) -> None:
+    runner = CliRunner()
+    refused = runner.invoke(app, ["sessions", "--db", url_for(new_schema)])
+    assert refused.exit_code == 2
+    assert "agentjournal migrate" in refused.output
+    assert not schema_exists(new_schema)
+    done = runner.invoke(
+        app, ["migrate", "--db", owner_url_for(new_schema), "--grant", ROLE, "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output) == {"ok": True, "granted": [ROLE]}
+    checked = runner.invoke(app, ["verify", "--db", url_for(new_schema)])
+    assert checked.exit_code == 0, checked.output
