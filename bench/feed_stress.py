@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -280,11 +281,15 @@ def run_round(
     url: str, *, writers: int, ops: int, burners: int, seed: int, tenant_url: str | None = None
 ) -> RoundReport:
     """One round on a fresh schema of `url`'s database. `tenant_url`, if given, is the URL the
-    journal connects with (e.g. an ordinary role's); `url` creates and drops the schema."""
+    journal connects with (e.g. an application role's, which owns nothing); `url` creates,
+    migrates (granting `tenant_url`'s role) and drops the schema."""
     rng = random.Random(seed)
     report = RoundReport()
     with fresh_schema(url) as schema:
         journal_url = _with_schema(tenant_url or url, schema)
+        if tenant_url is not None:
+            role = urlsplit(tenant_url).username
+            Journal.migrate(_with_schema(url, schema), grant_to=[role] if role else [])
         with Journal.open(journal_url) as journal:
             shared = [journal.create_session(f"shared {i}").session_id for i in range(3)]
             with Writers(

@@ -65,6 +65,7 @@ ALLOWED: dict[str, set[str]] = {
     "backends.postgres": {
         "backends",
         "backends.group_commit",
+        "backends.postgres_roles",
         "backends.projection_rows",
         "backends.turn_holds",
         "backends.postgres_rows",
@@ -76,6 +77,7 @@ ALLOWED: dict[str, set[str]] = {
         "search_text",
     },
     "backends.postgres_search": set(),
+    "backends.postgres_roles": {"errors"},
     "backends.postgres_rows": {"backends.projection_rows", "errors", "events", "projection"},
     "backends.postgres_write": {
         "backends",

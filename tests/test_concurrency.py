@@ -29,6 +29,7 @@ from agentjournal import (
 )
 from agentjournal.backends.postgres_rows import decode_position
 from expected import settled_feed
+from postgres_fixtures import fresh_schema, owner_url_for
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
@@ -507,21 +508,33 @@ def test_open_waits_while_another_process_writes(backend: str, db_path: Path, fi
     assert holder.returncode == 0
 
 
+@pytest.fixture
+def unopened_url(backend: str, db_path: Path) -> Iterator[str]:
+    """A database nobody has opened: a SQLite file not created yet, or a PostgreSQL schema not
+    created yet, given as its owner's URL (the application role may create nothing)."""
+    if backend == "sqlite":
+        yield str(db_path)
+        return
+    with fresh_schema(migrated=False) as schema:
+        yield owner_url_for(schema)
+
+
 @pytest.mark.slow
-def test_first_opens_race_on_one_database(journal_url: str) -> None:
+def test_first_opens_race_on_one_database(unopened_url: str) -> None:
     """Eight first opens at once, each with its own connections as eight processes would have, on
     a database nobody has opened (on SQLite a fresh file; on PostgreSQL a schema that does not
-    exist yet): one creates the journal, the others wait for it, and every one then writes."""
+    exist yet, opened by its owner): one creates the journal, the others wait for it, and every
+    one then writes."""
     sessions: list[str] = []
 
     def open_and_write(index: int) -> None:
-        with Journal.open(journal_url) as journal:
+        with Journal.open(unopened_url) as journal:
             sid = journal.create_session(f"opener {index}").session_id
             journal.append(sid, "user_message", {"content": f"{index}", "tag": f"{index}"})
             sessions.append(sid)
 
     assert run_together(8, open_and_write) == []
-    with Journal.open(journal_url) as journal:
+    with Journal.open(unopened_url) as journal:
         assert sorted(journal.get_session(sid).last_seq for sid in sessions) == [2] * 8
         assert len(journal.sessions(limit=100)) == 8
         assert journal.verify().ok

@@ -10,7 +10,7 @@ on the commit signal in the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -61,6 +61,11 @@ class AsyncJournal(AsyncVerbs):
             create=create,
         )
         return cls(journal)
+
+    @staticmethod
+    async def migrate(url: str | Path, *, grant_to: Sequence[str] = ()) -> None:
+        """`Journal.migrate` on a worker thread: create or migrate the journal at `url`."""
+        await asyncio.to_thread(Journal.migrate, url, grant_to=grant_to)
 
     @property
     def tenant(self) -> str:

@@ -15,6 +15,7 @@
     ├── TurnAbandoned                       a turn left open by a shutting down     HTTP 503
     ├── SearchUnavailable                   this database cannot search (no FTS5)   HTTP 501
     └── StorageError         (OSError)      the database could not do what we asked HTTP 503
+        └── MigrationRequired                   the schema needs its owner: run `migrate`
 
 A rejected append writes nothing: every error above is raised before, or rolls back, the
 transaction that would have written it.
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "JournalError",
+    "MigrationRequired",
     "ModelError",
     "PayloadTooLarge",
     "SearchUnavailable",
@@ -129,3 +131,9 @@ class SearchUnavailable(JournalError):
 
 class StorageError(JournalError, OSError):
     """The database refused or failed (settings that did not take, disk errors, corruption)."""
+
+
+class MigrationRequired(StorageError):
+    """The PostgreSQL schema is missing, older than this agentjournal, or not granted to the role
+    connected, and that role may not change it (an application role owns nothing). The message
+    says what to run: `agentjournal migrate` with the owner's URL (docs/postgres.md, "Roles")."""

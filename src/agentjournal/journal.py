@@ -16,7 +16,7 @@ from agentjournal import tasks as transitions
 from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_ms
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.backends.urls import Durability as Durability  # re-exported: integrations use it
-from agentjournal.backends.urls import open_storage
+from agentjournal.backends.urls import migrate_storage, open_storage
 from agentjournal.errors import (
     Conflict,
     InvalidArgument,
@@ -87,6 +87,19 @@ class Journal(TaskVerbs):
         check_id(tenant, "tenant")
         storage = open_storage(url, durability, create=create)
         return cls(storage, tenant=tenant, max_payload_bytes=max_payload_bytes)
+
+    @staticmethod
+    def migrate(url: str | Path, *, grant_to: Sequence[str] = ()) -> None:
+        """Create the journal at `url`, or bring its schema to this version, and return.
+
+        On PostgreSQL, connect as the role that owns the schema (it creates the tables, and may
+        alter them); `grant_to` names the application roles that `Journal.open` will connect
+        as: each gets the row privileges the journal needs and nothing more, so that row-level
+        security binds it (docs/postgres.md, "Roles"). Roles granted once are granted again by
+        every later migration. On SQLite, `open` migrates too; this only does it without
+        keeping the file open.
+        """
+        migrate_storage(url, grant_to)
 
     def for_tenant(self, tenant: str) -> Journal:
         """The same database, scoped to another tenant (closing it leaves the storage open)."""

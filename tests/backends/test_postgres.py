@@ -4,8 +4,9 @@ across instances, row-level security, the rules the database enforces by itself,
 transaction-mode poolers, and several instances starting, recovering and claiming at once.
 
 The contract suite (tests/test_*.py with the `journal` fixture) covers everything both backends
-share. Raw connections here log in as `agentjournal_test`, an ordinary role, so row-level security
-applies to them as to the application; `ADMIN_URL` is a superuser, used to watch and to kill.
+share. Raw connections here log in as the application role (`ROLE`), which owns nothing, so
+row-level security applies to them as to the application; the few that need DDL log in as the
+schema's owner (`OWNER`); `ADMIN_URL` is a superuser, used to watch and to kill.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from agentjournal.backends.postgres_rows import decode_position
 from agentjournal.backends.postgres_write import SETTLED, CommitUnknown
 from agentjournal.keys import ApiKeys
 from agentjournal.transfer import committed_events, export_lines
-from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, url_for
+from postgres_fixtures import ADMIN_URL, HOST, OWNER, ROLE, fresh_schema, owner_url_for, url_for
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
 WORKER = Path(__file__).parent.parent / "helpers" / "pg_instance.py"
@@ -55,16 +56,29 @@ def schema() -> Iterator[str]:
         yield name
 
 
-def url(schema: str, **options: str) -> str:
-    """The journal URL, tagged with the schema as application_name so that this test's
-    connections can be found (and killed) in pg_stat_activity."""
-    return url_for(schema, application_name=schema, **options)
+@pytest.fixture
+def new_schema() -> Iterator[str]:
+    """A schema name no one uses yet (not created, not migrated); dropped afterwards."""
+    with fresh_schema("pg", migrated=False) as name:
+        yield name
 
 
-def connect(schema: str, tenant: str | None = "*", *, admin: bool = False) -> psycopg.Connection:
-    """A raw autocommit connection to `schema`, as `agentjournal_test` (or the superuser), with
-    the tenant scope row-level security reads (None: no scope at all)."""
-    conn = psycopg.connect(ADMIN_URL if admin else f"postgresql://{ROLE}@{HOST}", autocommit=True)
+def url(schema: str, *, owner: bool = False, **options: str) -> str:
+    """The journal URL (as the application role, or the schema's owner), tagged with the schema
+    as application_name so that this test's connections can be found (and killed) in
+    pg_stat_activity."""
+    make = owner_url_for if owner else url_for
+    return make(schema, application_name=schema, **options)
+
+
+def connect(
+    schema: str, tenant: str | None = "*", *, admin: bool = False, owner: bool = False
+) -> psycopg.Connection:
+    """A raw autocommit connection to `schema`, as the application role (or the superuser, or
+    the schema's owner, for what only an owner may do: DDL), with the tenant scope row-level
+    security reads (None: no scope at all)."""
+    role = OWNER if owner else ROLE
+    conn = psycopg.connect(ADMIN_URL if admin else f"postgresql://{role}@{HOST}", autocommit=True)
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     if tenant is not None:
         conn.execute("SELECT set_config('agentjournal.tenant', %s, false)", (tenant,))
@@ -329,7 +343,7 @@ def test_positions_order_as_numbers_where_transaction_ids_cross_a_power_of_ten(
     The ids must be in the server's past for the feed to show them, and a fresh server has used
     only some hundreds: the test spends ids until 1,000 is past."""
     txs = [1000, 99, 999, 100, 10, 9]  # inserted in this order: event_ids ascend so
-    with Journal.open(url(schema)) as journal, closing(connect(schema)) as raw:
+    with Journal.open(url(schema)) as journal, closing(connect(schema, owner=True)) as raw:
         while int(raw.execute("SELECT pg_current_xact_id()::text").fetchone()[0]) <= max(txs):
             pass  # each autocommit statement that asks for its id is given a new one
         raw.execute("ALTER TABLE events DISABLE TRIGGER events_take_tx")
@@ -511,18 +525,23 @@ def tenants_seen(conn: psycopg.Connection, table: str) -> set[str]:
 # -- rules the database enforces --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("admin", [False, True], ids=["app role", "superuser"])
-def test_events_cannot_be_updated_deleted_or_truncated(schema: str, admin: bool) -> None:
+@pytest.mark.parametrize("who", ["app role", "owner", "superuser"])
+def test_events_cannot_be_updated_deleted_or_truncated(schema: str, who: str) -> None:
+    """The triggers stop even the owner and a superuser; the application role is not granted
+    UPDATE or TRUNCATE at all, and its DELETE meets the trigger."""
     with Journal.open(url(schema)) as journal:
         sid = journal.create_session("kept").session_id
         journal.append(sid, "user_message", {"content": "forever"})
-    with closing(connect(schema, admin=admin)) as conn:
+    with closing(connect(schema, admin=who == "superuser", owner=who == "owner")) as conn:
         for statement in (
             'UPDATE events SET payload = \'{"content": "rewritten"}\'',
             "DELETE FROM events",
             "TRUNCATE events CASCADE",
         ):
-            with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
+            refused: type[psycopg.Error] = psycopg.errors.RestrictViolation
+            if who == "app role" and not statement.startswith("DELETE"):
+                refused = psycopg.errors.InsufficientPrivilege
+            with pytest.raises(refused, match=r"append-only|permission denied"):
                 conn.execute(statement)
         assert conn.execute("SELECT count(*) FROM events").fetchone() == (2,)
         # A DELETE passes only inside a purge, whose audit row must be settled before COMMIT.
@@ -598,8 +617,13 @@ def test_purge_leaves_only_the_audit_row(schema: str) -> None:
             "SELECT session_id, purged_by, event_count, pending FROM purge_audit"
         ).fetchall()
         assert audit == [(sid, "dpo", 4, None)]
-        with pytest.raises(psycopg.errors.RestrictViolation):
-            conn.execute("DELETE FROM purge_audit")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM purge_audit")  # the application role may not
+    with (
+        closing(connect(schema, owner=True)) as conn,
+        pytest.raises(psycopg.errors.RestrictViolation),
+    ):
+        conn.execute("DELETE FROM purge_audit")  # the owner may, and the trigger stops it
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -663,6 +687,8 @@ CREATE CONSTRAINT TRIGGER kill_at_commit AFTER INSERT ON events
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
     WHEN (NEW.payload LIKE '%kill-at-commit%') EXECUTE FUNCTION kill_at_commit();
 """
+# The trigger runs as the role that commits, the application's, which owns nothing.
+KILL_AT_COMMIT += f"GRANT USAGE, SELECT ON SEQUENCE commit_attempts TO {ROLE};"
 
 
 def test_a_connection_lost_during_commit_is_reported_never_retried(schema: str) -> None:
@@ -671,7 +697,7 @@ def test_a_connection_lost_during_commit_is_reported_never_retried(schema: str) 
     one attempt, instead of running again and perhaps writing the event twice."""
     with Journal.open(url(schema)) as journal:
         sid = journal.create_session("doomed commit").session_id
-        with closing(connect(schema)) as conn:
+        with closing(connect(schema, owner=True)) as conn:
             conn.execute(KILL_AT_COMMIT)
         with pytest.raises(StorageError, match="may or may not") as caught:
             journal.append(sid, "user_message", {"content": "kill-at-commit"})
@@ -752,14 +778,16 @@ def test_transaction_pooler_mode_prepares_nothing_listens_nowhere_and_still_stre
 
 
 @pytest.mark.slow
-def test_instances_opening_one_fresh_schema_together_migrate_it_once(schema: str) -> None:
+def test_instances_opening_one_fresh_schema_together_migrate_it_once(new_schema: str) -> None:
     """Four processes open a schema that does not exist yet, all at once. To make them meet
     every time, the migration lock is held meanwhile (as by an instance migrating slowly) until
-    all four wait; then they go: the schema is created and migrated once, and all four open."""
+    all four wait; then they go: the schema is created and migrated once, and all four open.
+    They connect as the schema's owner: the application role may create nothing."""
+    schema = new_schema
     lock = "SELECT {}(hashtext('agentjournal:' || %s))"
     with (
         psycopg.connect(ADMIN_URL, autocommit=True) as holder,
-        Workers(*[["recover", url(schema)] for _ in range(4)]) as workers,
+        Workers(*[["recover", url(schema, owner=True)] for _ in range(4)]) as workers,
     ):
         holder.execute(lock.format("pg_advisory_lock"), (schema,))
         assert workers.lines() == ["started"] * 4
@@ -770,7 +798,7 @@ def test_instances_opening_one_fresh_schema_together_migrate_it_once(schema: str
         workers.release()
         for report in workers.results():
             assert report == {"requeued": [], "failed": [], "errors": []}
-    with closing(connect(schema)) as conn:
+    with closing(connect(schema, owner=True)) as conn:
         versions = conn.execute("SELECT version FROM agentjournal_schema ORDER BY 1").fetchall()
         assert versions == [(n,) for n in range(1, len(postgres._migrations()) + 1)]
 

@@ -12,7 +12,15 @@ from psycopg import sql
 from agentjournal import InvalidArgument, Journal, StorageError
 from agentjournal.backends import postgres
 from helpers.contract import SEED, SEED_REPLAY, msg, seed
-from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, require_postgres, url_for
+from postgres_fixtures import (
+    ADMIN_URL,
+    HOST,
+    ROLE,
+    fresh_schema,
+    owner_url_for,
+    require_postgres,
+    url_for,
+)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +79,7 @@ def test_reopening_a_migrated_schema_migrates_nothing() -> None:
 
 
 def test_instances_opening_a_new_schema_together_migrate_it_once() -> None:
-    with fresh_schema() as schema:
+    with fresh_schema(migrated=False) as schema:
         barrier = threading.Barrier(4)
         opened: list[Journal] = []
         errors: list[BaseException] = []
@@ -79,7 +87,7 @@ def test_instances_opening_a_new_schema_together_migrate_it_once() -> None:
         def open_() -> None:
             try:
                 barrier.wait(30)
-                opened.append(Journal.open(url_for(schema)))
+                opened.append(Journal.open(owner_url_for(schema)))
             except BaseException as exc:
                 errors.append(exc)
 
@@ -125,14 +133,14 @@ def test_a_version_2_schema_upgrades_and_checks_events_once_per_statement(
     spelled with a JSON escape) leaves the open turn as it was. A session with events can be
     neither deleted nor re-keyed, as under the foreign key."""
     every = postgres._migrations()
-    with fresh_schema() as schema:
+    with fresh_schema(migrated=False) as schema:
         monkeypatch.setattr(postgres, "_migrations", lambda: every[:2])
-        with Journal.open(url_for(schema)) as old:
+        with Journal.open(owner_url_for(schema)) as old:
             sid = seed(old)
             other = old.for_tenant("b").create_session("b's").session_id
         assert schema_versions(schema) == [(1,), (2,)]
         monkeypatch.setattr(postgres, "_migrations", lambda: every)
-        with Journal.open(url_for(schema)) as journal:
+        with Journal.open(owner_url_for(schema)) as journal:
             assert schema_versions(schema) == [(n,) for n in range(1, len(every) + 1)]
             assert journal.replay(sid) == SEED_REPLAY
             journal.append_many(sid, [msg("user_message", "again"), msg("assistant_message", "ok")])

@@ -15,7 +15,7 @@ from agentjournal import Journal, NewEvent
 from agentjournal.backends.postgres import PostgresStorage
 from agentjournal.backends.postgres_search import MAX_WALK, RECENT_ROWS, choose_plan, longer_walk
 from agentjournal.search import WINDOW
-from postgres_fixtures import HOST, ROLE, fresh_schema, url_for
+from postgres_fixtures import HOST, OWNER, fresh_schema, url_for
 
 EVENTS = 3 * WINDOW  # more than a walk of a word in every event reads (2 × the window)
 RARE_AT = 100  # the one event with the rare word: far older than any walk of the common one
@@ -36,8 +36,9 @@ def journal() -> Iterator[tuple[Journal, str]]:
 
 
 def analyze(schema: str) -> None:
-    # As the journal's own role: the owner of its tables, as an application would be.
-    with psycopg.connect(f"postgresql://{ROLE}@{HOST}", autocommit=True) as conn:
+    # As the tables' owner: PostgreSQL lets only the owner ANALYZE, which autovacuum does in
+    # a deployment; the application role only reads the statistics.
+    with psycopg.connect(f"postgresql://{OWNER}@{HOST}", autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         conn.execute("ANALYZE search_index")
 

@@ -29,7 +29,7 @@ import psycopg.errors
 from psycopg import pq, sql
 from psycopg_pool import ConnectionPool
 
-from agentjournal.backends import ApiKeyRow, WriteTx
+from agentjournal.backends import ApiKeyRow, WriteTx, postgres_roles
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.postgres_rows import (
     EVENT_COLUMNS,
@@ -52,12 +52,12 @@ from agentjournal.backends.postgres_search import (
 from agentjournal.backends.postgres_write import SETTLED, CommitUnknown, Control, PostgresTx
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.turn_holds import TurnHolds
-from agentjournal.errors import Conflict, InvalidArgument, StorageError
+from agentjournal.errors import Conflict, InvalidArgument, MigrationRequired, StorageError
 from agentjournal.events import Event
 from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.search_text import SearchFilter, SearchQuery
 
-__all__ = ["PostgresStorage"]
+__all__ = ["PostgresStorage", "migrate"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
@@ -104,6 +104,102 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), options
 
 
+def migrate(url: str, grant_to: Sequence[str] = ()) -> None:
+    """Bring the journal at `url` to this agentjournal's schema version, connected as the role
+    `url` names (the schema's owner), and give each role of `grant_to` what the application
+    needs and nothing more (postgres_roles.py). Roles granted before are granted again whenever
+    a migration ran."""
+    conninfo, options = parse_url(url)
+    schema = options.get("schema")
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            if schema is not None:
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            _migrate(conn, schema)
+            with conn.transaction():
+                # The migrations' lock: GRANTs racing on one table fail ("tuple concurrently
+                # updated") rather than wait.
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || current_schema()))"
+                )
+                for role in grant_to:
+                    postgres_roles.grant(conn, role)
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot migrate the PostgreSQL journal: {exc}") from exc
+
+
+def _migrate(conn: psycopg.Connection[Any], schema: str | None) -> str:
+    """Bring the schema up to date if it is not; returns the LISTEN/NOTIFY channel of this
+    schema. A schema already at this version needs no privilege but reading its version (the
+    application role opens it so); anything else the role may not do is `MigrationRequired`."""
+    migrations = _migrations()
+    try:
+        # Outside the lock: versions only grow, and one that is current stays so.
+        if _version(conn, len(migrations)) != len(migrations):
+            _apply(conn, schema, migrations)
+        row = conn.execute(
+            "SELECT current_schema(), rolsuper OR rolbypassrls FROM pg_roles"
+            " WHERE rolname = current_user"
+        ).fetchone()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        where = f"schema {schema!r}" if schema else "its default schema"
+        raise MigrationRequired(
+            f"role {conn.info.user!r} may not create, migrate or use the journal in {where}"
+            f" ({str(exc).splitlines()[0]}); as the role that owns the schema run"
+            f" `agentjournal migrate --db <the owner's URL> --grant {conn.info.user}`"
+            " (docs/postgres.md, Roles)"
+        ) from exc
+    if row is None or row[0] is None:
+        raise StorageError("the connection has no schema to create tables in")
+    if row[1]:
+        log.warning(
+            "connected to PostgreSQL as a superuser or BYPASSRLS role: row-level security"
+            " does not apply to it, so tenant isolation rests on agentjournal's queries"
+            " alone; connect as an ordinary role (docs/postgres.md)"
+        )
+    return f"agentjournal.{row[0]}"[:63]
+
+
+def _version(conn: psycopg.Connection[Any], known: int) -> int:
+    """The current schema's version (0: no journal there yet); raises for a newer one."""
+    found = conn.execute(
+        "SELECT 1 FROM pg_class WHERE relname = 'agentjournal_schema'"
+        " AND relnamespace = current_schema()::regnamespace"
+    ).fetchone()
+    if found is None:
+        return 0
+    row = conn.execute("SELECT max(version) FROM agentjournal_schema").fetchone()
+    version = int((row[0] if row else None) or 0)
+    if version > known:
+        raise StorageError(
+            f"the database has schema version {version}, newer than this agentjournal"
+            f" knows ({known}); upgrade agentjournal to open it"
+        )
+    return version
+
+
+def _apply(conn: psycopg.Connection[Any], schema: str | None, migrations: list[str]) -> None:
+    with conn.transaction():
+        current = conn.execute("SELECT current_schema()").fetchone()
+        target = schema or (current[0] if current else None)
+        if target is None:
+            raise StorageError("the connection has no schema to create tables in")
+        # Instances starting together: one migrates, the others wait and find it done. The
+        # lock comes first: CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent one.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || %s))", (target,))
+        if schema is not None:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute("CREATE TABLE IF NOT EXISTS agentjournal_schema (version integer)")
+        found = _version(conn, len(migrations))
+        for number, script in enumerate(migrations[found:], start=found + 1):
+            conn.execute(script.encode("utf-8"))  # no parameters: a script runs whole
+            conn.execute("INSERT INTO agentjournal_schema (version) VALUES (%s)", (number,))
+        if found < len(migrations):
+            # A migration may have added tables: the application roles get them too.
+            for role in postgres_roles.granted_roles(conn):
+                postgres_roles.grant(conn, role)
+
+
 class PostgresStorage:
     """A journal in a PostgreSQL database (or one schema of it). Thread-safe."""
 
@@ -131,7 +227,7 @@ class PostgresStorage:
             # (the pool would retry quietly until its timeout).
             with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as probe:
                 self._configure(probe)
-                self.channel = self._migrate(probe)
+                self.channel = _migrate(probe, self.schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open the PostgreSQL journal: {exc}") from exc
         self._pool = ConnectionPool(
@@ -182,46 +278,6 @@ class PostgresStorage:
         self._scopes.pop(id(conn), None)  # a new connection may reuse a closed one's id
         if self.schema is not None:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-
-    def _migrate(self, conn: psycopg.Connection[Any]) -> str:
-        """Bring the schema up to date; returns the LISTEN/NOTIFY channel of this schema."""
-        migrations = _migrations()
-        with conn.transaction():
-            current = conn.execute("SELECT current_schema()").fetchone()
-            target = self.schema or (current[0] if current else None)
-            if target is None:
-                raise StorageError("the connection has no schema to create tables in")
-            # Instances starting together: one migrates, the others wait and find it done. The
-            # lock comes first: CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent one.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentjournal:' || %s))", (target,))
-            if self.schema is not None:
-                conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-                )
-            schema = conn.execute("SELECT current_schema()").fetchone()
-            if schema is None or schema[0] is None:
-                raise StorageError("the connection has no schema to create tables in")
-            conn.execute("CREATE TABLE IF NOT EXISTS agentjournal_schema (version integer)")
-            row = conn.execute("SELECT max(version) FROM agentjournal_schema").fetchone()
-            found = (row[0] if row else None) or 0
-            if found > len(migrations):
-                raise StorageError(
-                    f"the database has schema version {found}, newer than this agentjournal"
-                    f" knows ({len(migrations)}); upgrade agentjournal to open it"
-                )
-            for number, script in enumerate(migrations[found:], start=found + 1):
-                conn.execute(script.encode("utf-8"))  # no parameters: a script runs whole
-                conn.execute("INSERT INTO agentjournal_schema (version) VALUES (%s)", (number,))
-            bypass = conn.execute(
-                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-        if bypass and bypass[0]:
-            log.warning(
-                "connected to PostgreSQL as a superuser or BYPASSRLS role: row-level security"
-                " does not apply to it, so tenant isolation rests on agentjournal's queries"
-                " alone; connect as an ordinary role (docs/postgres.md)"
-            )
-        return f"agentjournal.{schema[0]}"[:63]
 
     def _listen(self) -> None:
         """Wake local subscribers when any instance commits, and once more when the global feed
@@ -396,7 +452,8 @@ class PostgresStorage:
         fresh connection if the connection was lost."""
         if self._closed:
             raise StorageError("the journal is closed")
-        scope = tenant or _ALL_TENANTS
+        # None, never a falsy tenant, means every tenant: an empty one sees nothing.
+        scope = _ALL_TENANTS if tenant is None else tenant
         for attempt in (1, 2):
             try:
                 with self._pool.connection() as conn:

@@ -4,13 +4,14 @@ PostgreSQL driver."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from agentjournal.backends import Storage
 from agentjournal.errors import InvalidArgument
 
-__all__ = ["Durability", "open_storage", "sqlite_file"]
+__all__ = ["Durability", "migrate_storage", "open_storage", "sqlite_file"]
 
 Durability = Literal["full", "normal"]
 
@@ -50,3 +51,21 @@ def open_storage(url: str | Path, durability: Durability, *, create: bool = True
     from agentjournal.backends.sqlite import SQLiteStorage
 
     return SQLiteStorage(str(path), durability)
+
+
+def migrate_storage(url: str | Path, grant_to: Sequence[str] = ()) -> None:
+    """Create or migrate the journal at `url`; on PostgreSQL, connected as the schema's owner,
+    and granting each role of `grant_to` what the application needs (docs/postgres.md, Roles)."""
+    if sqlite_file(url) is None:
+        try:
+            from agentjournal.backends.postgres import migrate
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
+                f" ({exc})"
+            ) from exc
+        migrate(str(url), grant_to)
+        return
+    if grant_to:
+        raise InvalidArgument("roles are PostgreSQL's: a SQLite file has nothing to grant")
+    open_storage(url, "full").close()  # SQLite migrates a file when it opens it

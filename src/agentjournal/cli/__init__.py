@@ -1,7 +1,7 @@
 """The `agentjournal` command: one module per group of commands, all thin over the library.
 
 `service` (demo, serve, keys), `sessions` (sessions, show, replay, tail, compact, purge),
-`data` (verify, backup, restore, export, import), `search` and `bench`; `common` holds the
+`data` (migrate, verify, backup, restore, export, import), `search` and `bench`; `common` holds the
 options and the exit codes they share, `render` how sessions, events and tasks are printed.
 """
 

@@ -1,4 +1,5 @@
-"""`verify`, `backup`, `restore`, `export`, `import`: keeping the data sound and moving it."""
+"""`migrate`, `verify`, `backup`, `restore`, `export`, `import`: keeping the data sound and
+moving it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -34,6 +36,7 @@ from agentjournal.cli.common import (
     print_json,
 )
 from agentjournal.errors import JournalError
+from agentjournal.journal import Journal
 from agentjournal.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -105,6 +108,36 @@ def _print_verify(reports: dict[str, VerifyReport], rebuild: bool) -> None:
                 f"[yellow]{d.table}[/] {d.key} {d.field}: stored {d.stored!r},"
                 f" journal says {d.expected!r}"
             )
+
+
+@app.command()
+def migrate(
+    db: DbOption = "agent.db",
+    grant: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="PostgreSQL: a role the application connects as, to get the row privileges it"
+            " needs and nothing more (repeatable)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create the journal at --db, or bring its schema to this version, then exit.
+
+    On PostgreSQL run it as the role that owns the schema (in the URL), before the application
+    starts and after every upgrade; the application connects as a role that owns nothing and
+    cannot bypass row-level security. Roles granted once are granted again by later migrations.
+
+    Example: agentjournal migrate --db 'postgresql://journal_owner@db/agents' --grant journal_app
+    """
+    roles = grant or []
+    _run(lambda: Journal.migrate(db, grant_to=roles))
+    if as_json:
+        print_json({"ok": True, "granted": roles})
+    else:
+        granted = f"; granted to {', '.join(roles)}" if roles else ""
+        # Not the URL: it may hold a password.
+        console.print(f"[green]the journal's schema is up to date[/]{escape(granted)}")
 
 
 @app.command()
