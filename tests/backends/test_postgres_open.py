@@ -194,15 +194,15 @@ def test_a_version_4_schema_upgrades_to_sessions_keyed_by_tenant_and_id(
     """Version 5 puts the tenant into every key that named a session id alone: what a version-4
     schema holds reads the same after the upgrade, and then two tenants may share an id."""
     every = postgres._migrations()
-    with fresh_schema() as schema:
+    with fresh_schema(migrated=False) as schema:
         monkeypatch.setattr(postgres, "_migrations", lambda: every[:4])
-        with Journal.open(url_for(schema)) as old:
+        with Journal.open(owner_url_for(schema)) as old:
             sid = seed(old)
             task = old.create_task(sid, "ship", {"n": 1})
             theirs = old.for_tenant("b").create_session("b's", session_id="b-only").session_id
             before = (old.events(sid), old.messages(sid), old.tool_calls(sid), old.tasks())
         monkeypatch.setattr(postgres, "_migrations", lambda: every)
-        with Journal.open(url_for(schema)) as journal:
+        with Journal.open(owner_url_for(schema)) as journal:
             assert schema_versions(schema) == [(n,) for n in range(1, len(every) + 1)]
             after = (
                 journal.events(sid),
