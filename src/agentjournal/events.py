@@ -28,6 +28,7 @@ __all__ = [
     "LANGGRAPH_PRUNED",
     "LANGGRAPH_TYPES",
     "LANGGRAPH_WRITES",
+    "MAX_TOKEN_COUNT",
     "MESSAGE_ROLES",
     "RESERVED_TYPES",
     "Event",
@@ -79,6 +80,10 @@ LANGGRAPH_TYPES: Final = frozenset(
 )
 TASK_STATUSES: Final = ("pending", "running", "completed", "failed", "cancelled")
 MAX_TASK_RETRIES: Final = 100
+# The most one assistant_message may report as `usage.prompt_tokens` or `completion_tokens`:
+# far past any model's context, and small enough that a session's totals, which saturate at
+# 2**63 - 1 (projection.py), would need over four billion such replies to reach that.
+MAX_TOKEN_COUNT: Final = 2**31 - 1
 
 _CUSTOM_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _MAX_TYPE_LEN: Final = 64
@@ -298,11 +303,12 @@ def _check_message(type_: str, payload: Mapping[str, Any]) -> None:
         if type_ != "assistant_message":
             raise InvalidEvent(f"only assistant_message may carry 'usage', not {type_}")
         if not isinstance(usage, Mapping) or not all(
-            _is_count(usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")
+            _is_count(count) and count <= MAX_TOKEN_COUNT
+            for count in (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
         ):
             raise InvalidEvent(
-                "assistant_message.usage must be an object with non-negative integer "
-                "'prompt_tokens' and 'completion_tokens'"
+                "assistant_message.usage must be an object whose 'prompt_tokens' and "
+                f"'completion_tokens' are integers from 0 to {MAX_TOKEN_COUNT}"
             )
 
 

@@ -172,3 +172,40 @@ def test_a_number_past_a_double_is_refused_not_read_as_infinity(http: httpx.Clie
     )
     assert response.status_code in (400, 422), response.text
     assert "1e400" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "value", ["1" * 4301, "18446744073709551616", "1e400", '"\\ud800"', "[" * 70 + "]" * 70]
+)
+def test_every_route_and_field_answers_below_500(
+    http: httpx.Client, keyed_server: Any, routes: list[tuple[str, str]], value: str
+) -> None:
+    # Every pairing, which the property above only samples: a field one route bounds and
+    # another passes on to the database unbounded is found here.
+    headers = {"Content-Type": "application/json", **keyed_server.headers("acme")}
+    for method, path in routes:
+        for template in _TEMPLATES:
+            body = template.format(value).encode("utf-8", "surrogatepass")
+            response = http.request(method, path, content=body, headers=headers)
+            assert response.status_code < 500, (method, path, body[:200], response.text)
+
+
+def test_token_counts_out_of_range_are_422_and_the_largest_is_201(
+    http: httpx.Client, keyed_server: Any
+) -> None:
+    headers = keyed_server.headers("acme")
+    sid = http.post("/v1/sessions", json={}, headers=headers).json()["session_id"]
+    url = f"/v1/sessions/{sid}/events"
+
+    def reply(count: int) -> httpx.Response:
+        usage = {"prompt_tokens": count, "completion_tokens": 1}
+        body = {"type": "assistant_message", "payload": {"content": "x", "usage": usage}}
+        return http.post(url, json=body, headers=headers)
+
+    for count in (2**31, 2**63 - 1, 2**63, 2**64):
+        response = reply(count)
+        assert response.status_code == 422, response.text
+        assert "2147483647" in response.json()["detail"]
+    assert reply(2**31 - 1).status_code == 201
+    session = http.get(f"/v1/sessions/{sid}", headers=headers).json()
+    assert (session["last_seq"], session["prompt_tokens"]) == (2, 2**31 - 1)
