@@ -76,19 +76,24 @@ def serve(
     import uvicorn
 
     from agentjournal.journal import Journal
+    from agentjournal.keys import active_keys_exist
     from agentjournal.server import Limits, create_app
-    from agentjournal.server.service import open_bind_refusal
+    from agentjournal.server.service import is_loopback, open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
+    # Refused before the journal is opened: opening creates the database and migrates it.
     try:
-        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+        keys_exist = not is_loopback(host) and active_keys_exist(db)
     except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
         fail(f"cannot open {db!r}: {exc}")
-    refusal = open_bind_refusal(host, keys_exist=journal.keys.any_active())
+    refusal = open_bind_refusal(host, keys_exist=keys_exist)
     if refusal is not None:
-        journal.close()
         typer.echo(refusal, err=True)
         raise typer.Exit(2)
+    try:
+        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+    except JournalError as exc:
+        fail(f"cannot open {db!r}: {exc}")
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_streams_per_key=max_streams_per_key,
