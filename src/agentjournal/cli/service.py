@@ -67,6 +67,14 @@ def serve(
     task_lease: Annotated[
         float, typer.Option(help="Lease (seconds) of the agent's task worker; renewed at 1/3.")
     ] = 10.0,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            help="Serve GET /metrics without a key (for a Prometheus scraper). Its counts are"
+            " the whole server's, every tenant's: without this flag, once keys exist, it needs"
+            " a valid key like every route."
+        ),
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -103,7 +111,13 @@ def serve(
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
     # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    app = create_app(journal, limits=limits, agent=hosted, task_lease_seconds=task_lease)
+    app = create_app(
+        journal,
+        limits=limits,
+        agent=hosted,
+        task_lease_seconds=task_lease,
+        metrics_public=metrics_public,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
