@@ -217,7 +217,6 @@ async def stream_session(
         after = int(last_event_id)
     service = service_of(request)
     session = await journal_for(request, tenant).get_session(session_id)  # 404 before streaming
-    service.check_streams(request.state.key_id)
     key_id = request.state.key_id
     return session_stream(service, tenant, key_id, session_id, after, follow, session.last_seq)
 
@@ -330,7 +329,6 @@ async def stream_feed(
     service = service_of(request)
     # Positions are the backend's own (opaque); it says whether this one is, before streaming.
     await journal_for(request, tenant).events_all(after=after, limit=1)
-    service.check_streams(request.state.key_id)
     return feed_stream(service, tenant, request.state.key_id, after, follow)
 
 
