@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from agentjournal.events import MESSAGE_ROLES, TASK_TYPES, Event
 from agentjournal.replay import estimate_tokens
 
 __all__ = [
+    "MAX_TOKEN_TOTAL",
     "Effect",
     "Message",
     "MessageAdded",
@@ -40,7 +41,7 @@ __all__ = [
 # reply reports at most events.MAX_TOKEN_COUNT, so no real session comes near; but a session may
 # hold up to 2**63 - 1 events, so only saturating makes overflow impossible, and the backends'
 # SQL saturates the same way (a + min(b, MAX - a)), so verify() finds the fold and SQL agree.
-MAX_TOKEN_TOTAL = 2**63 - 1
+MAX_TOKEN_TOTAL: Final = 2**63 - 1
 
 
 def add_tokens(total: int, count: int) -> int:
