@@ -208,7 +208,10 @@ def _shape_ok(type_: str, p: dict[str, Any]) -> bool:
             return (
                 type_ == "assistant_message"
                 and isinstance(usage, dict)
-                and all(_is_count(usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens"))
+                and all(
+                    _is_count(usage.get(k, 0)) and usage.get(k, 0) <= 2**31 - 1
+                    for k in ("prompt_tokens", "completion_tokens")
+                )
             )
         return True
     if type_ == "tool_call":

@@ -91,7 +91,7 @@ ALLOWED: dict[str, set[str]] = {
         "search_text",
     },
     "appends": {"backends", "errors", "events", "rules"},
-    "keys": {"arguments", "backends", "errors"},
+    "keys": {"arguments", "backends", "backends.peek", "errors"},
     # Export and import sit on the library's face and append through the same rules.
     "transfer": {"appends", "arguments", "backends", "errors", "events"},
     "tasks": {"errors", "projection"},
@@ -117,6 +117,7 @@ ALLOWED: dict[str, set[str]] = {
         "tasks",
     },
     "backends.urls": {"backends", "backends.postgres", "backends.sqlite", "errors"},
+    "backends.peek": {"backends.postgres", "backends.urls", "errors"},
     "backup": {"backends", "backends.sqlite_backup", "backends.urls", "errors"},
     "live": {"events"},
     # The agent runtime sits on the library's face (`Journal`), never on a backend.

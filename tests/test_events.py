@@ -415,10 +415,17 @@ JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=6)
 
 def _loads_strict_as_before(text: str | bytes) -> Any:
     """loads_strict as it was written before its decoder was made once: `json.loads` with the
-    hooks per call, and a Python loop over every object's pairs."""
+    hooks per call, and a Python loop over every object's pairs (with the number limits added
+    since: nothing past a double, no integer past Python's digit limit)."""
 
     def reject(name: str) -> Any:
         raise InvalidEvent(f"JSON must not contain {name} (RFC 8259 has no such number)")
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if value in (float("inf"), float("-inf")):
+            raise InvalidEvent(f"the number {number[:40]} is out of range (past a 64-bit float)")
+        return value
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -431,11 +438,17 @@ def _loads_strict_as_before(text: str | bytes) -> Any:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text, parse_constant=reject, object_pairs_hook=pairs_hook)
+        return json.loads(
+            text, parse_constant=reject, parse_float=finite, object_pairs_hook=pairs_hook
+        )
+    except InvalidEvent:
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidEvent(f"not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidEvent("JSON nests too deep (the limit for a payload is 64 levels)") from exc
+    except ValueError as exc:
+        raise InvalidEvent("not valid JSON: a number has more than 4300 digits") from exc
 
 
 def _strict_outcome(text: str | bytes) -> tuple[str, Any]:

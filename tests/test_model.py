@@ -81,6 +81,8 @@ BAD_EVENTS: list[tuple[Any, Any]] = [
     ("user_message", {"content": "x", "usage": {"prompt_tokens": 1}}),
     ("assistant_message", {"content": "x", "usage": {"prompt_tokens": -1}}),
     ("assistant_message", {"content": "x", "usage": "lots"}),
+    ("assistant_message", {"content": "x", "usage": {"prompt_tokens": 2**31}}),
+    ("assistant_message", {"content": "x", "usage": {"completion_tokens": 2**63}}),
     ("user_message", {"content": "x", "supersedes": 0}),
     ("user_message", {"content": "x", "supersedes": True}),
     ("system_message", {"content": "x", "supersedes": "2"}),
@@ -117,6 +119,9 @@ EDGE_EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("myapp.note", {"n": 1, "l": [1, 2.5, None, True, "你"]}),
     ("a.b_c.d", {}),
     ("assistant_message", {"content": "", "usage": {}}),
+    # The largest counts: accepted, and the session's totals add them up.
+    ("assistant_message", {"content": "", "usage": {"prompt_tokens": 2**31 - 1}}),
+    ("assistant_message", {"content": "", "usage": {"completion_tokens": 2**31 - 1}}),
 ]
 
 # A failing example is shrunk before it is reported, which takes minutes on a busy 2-core machine

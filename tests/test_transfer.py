@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentjournal import CorruptLine, Journal, NewEvent
-from agentjournal.transfer import export_lines, import_lines
+from agentjournal.transfer import ImportReport, export_lines, import_lines
 from postgres_fixtures import fresh_schema, url_for
 
 
@@ -234,3 +236,61 @@ def test_imports_stream_in_chunks(journal: Journal) -> None:
     assert seen == [500, 1000, 1301]
     assert journal.get_session("sess_big").last_seq == 1301
     assert journal.verify().ok
+
+
+# Values Python's json reads into something no journal holds, or cannot read at all.
+_HOSTILE = st.sampled_from(
+    [
+        "1" * 4301,
+        "9223372036854775808",
+        "18446744073709551616",
+        "-1",
+        "1e400",
+        "-1e400",
+        "1.5",
+        "NaN",
+        '"\\ud800"',
+        '"\\u0000"',
+        "[" * 70 + "]" * 70,
+        "[" * 5000,
+        "null",
+        "true",
+        "{}",
+    ]
+)
+_FIELDS = ["session_id", "seq", "type", "payload", "created_at", "idempotency_key"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    line=st.integers(min_value=0, max_value=3),
+    field=st.sampled_from([*_FIELDS, "payload.content", "payload.extra", "whole line"]),
+    value=_HOSTILE,
+)
+def test_no_json_text_on_an_import_line_escapes_as_anything_but_corrupt_line(
+    journal: Journal, line: int, field: str, value: str
+) -> None:
+    lines = seed_lines()
+    decoded = json.loads(lines[line])
+    marker = "@@HOSTILE@@"
+    if field == "whole line":
+        text = value
+    else:
+        if field.startswith("payload."):
+            decoded["payload"][field.partition(".")[2]] = marker
+        else:
+            decoded[field] = marker
+        text = json.dumps(decoded).replace(f'"{marker}"', value)
+    lines[line] = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    outcome: ImportReport | CorruptLine
+    try:
+        outcome = import_lines(journal, lambda: lines)
+    except CorruptLine as exc:
+        outcome = exc
+    if isinstance(outcome, CorruptLine):
+        assert outcome.line == line + 1
+        assert journal.sessions(status="all") == []
+        return
+    # Accepted (a value the journal holds, e.g. a payload's extra key): the file went in whole.
+    assert outcome.events == 4
+    journal.purge_session("sess_imported", actor="test")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
@@ -27,6 +28,7 @@ __all__ = [
     "LANGGRAPH_PRUNED",
     "LANGGRAPH_TYPES",
     "LANGGRAPH_WRITES",
+    "MAX_TOKEN_COUNT",
     "MESSAGE_ROLES",
     "RESERVED_TYPES",
     "Event",
@@ -78,6 +80,10 @@ LANGGRAPH_TYPES: Final = frozenset(
 )
 TASK_STATUSES: Final = ("pending", "running", "completed", "failed", "cancelled")
 MAX_TASK_RETRIES: Final = 100
+# The most one assistant_message may report as `usage.prompt_tokens` or `completion_tokens`:
+# far past any model's context, and small enough that a session's totals, which saturate at
+# 2**63 - 1 (projection.py), would need over four billion such replies to reach that.
+MAX_TOKEN_COUNT: Final = 2**31 - 1
 
 _CUSTOM_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _MAX_TYPE_LEN: Final = 64
@@ -170,25 +176,45 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # RFC 8259 lets an implementation limit the range of numbers; Python reads this one as
+        # infinity, which JSON cannot write back.
+        raise InvalidEvent(f"the number {text[:40]} is out of range (past a 64-bit float)")
+    return value
+
+
 # Made once: `json.loads` with hooks builds a decoder (and its scanner) on every call, and every
 # request body of the service passes here.
 _STRICT = json.JSONDecoder(
-    parse_constant=_reject_constant, object_pairs_hook=_pairs_without_duplicates
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+    object_pairs_hook=_pairs_without_duplicates,
 )
 
 
 def loads_strict(text: str | bytes) -> Any:
-    """Parse RFC 8259 JSON, rejecting NaN, Infinity and duplicate keys with `InvalidEvent`."""
+    """Parse RFC 8259 JSON, rejecting NaN, Infinity, numbers out of range and duplicate keys
+    with `InvalidEvent`: whatever the text, no other exception comes out."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")  # RFC 8259: JSON exchanged between systems is UTF-8
         if text.startswith("\ufeff"):  # as json.loads words it
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         return _STRICT.decode(text)
+    except InvalidEvent:
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidEvent(f"not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidEvent("JSON nests too deep (the limit for a payload is 64 levels)") from exc
+    except ValueError as exc:
+        # Python refuses to convert an integer literal of more than sys.get_int_max_str_digits()
+        # digits (4,300 by default; it guards against quadratic-time conversion).
+        raise InvalidEvent(
+            f"not valid JSON: a number has more than {sys.get_int_max_str_digits()} digits"
+        ) from exc
 
 
 def _check_json_value(value: Any, path: str, depth: int = 0) -> None:
@@ -277,11 +303,12 @@ def _check_message(type_: str, payload: Mapping[str, Any]) -> None:
         if type_ != "assistant_message":
             raise InvalidEvent(f"only assistant_message may carry 'usage', not {type_}")
         if not isinstance(usage, Mapping) or not all(
-            _is_count(usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")
+            _is_count(count) and count <= MAX_TOKEN_COUNT
+            for count in (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
         ):
             raise InvalidEvent(
-                "assistant_message.usage must be an object with non-negative integer "
-                "'prompt_tokens' and 'completion_tokens'"
+                "assistant_message.usage must be an object whose 'prompt_tokens' and "
+                f"'completion_tokens' are integers from 0 to {MAX_TOKEN_COUNT}"
             )
 
 

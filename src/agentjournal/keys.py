@@ -13,11 +13,12 @@ import hmac
 import re
 import secrets
 import time
+from pathlib import Path
 
 from agentjournal.arguments import check_id
-from agentjournal.backends import ApiKeyRow, Storage
+from agentjournal.backends import ApiKeyRow, Storage, peek
 
-__all__ = ["KEY_PREFIX", "ApiKeys", "key_id_of"]
+__all__ = ["KEY_PREFIX", "ApiKeys", "active_keys_exist", "key_id_of"]
 
 KEY_PREFIX = "aj_"
 _KEY = re.compile(r"^aj_([a-z2-7]{10})_([A-Za-z0-9_-]{43})$")
@@ -27,6 +28,12 @@ def key_id_of(key: str) -> str:
     """The public id part of a well-formed key (what logs and limits may name)."""
     match = _KEY.match(key)
     return match.group(1) if match else ""
+
+
+def active_keys_exist(url: str | Path) -> bool:
+    """Whether the database at `url` holds an unrevoked key, read without opening it as a
+    journal: nothing is created or migrated (False for a database that does not exist yet)."""
+    return peek.active_keys_exist(url)
 
 
 def _hash(secret: str) -> str:

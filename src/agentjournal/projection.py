@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from agentjournal.events import MESSAGE_ROLES, TASK_TYPES, Event
 from agentjournal.replay import estimate_tokens
 
 __all__ = [
+    "MAX_TOKEN_TOTAL",
     "Effect",
     "Message",
     "MessageAdded",
@@ -30,10 +31,22 @@ __all__ = [
     "ToolCallClosed",
     "ToolCallOpened",
     "UsageAdded",
+    "add_tokens",
     "effects",
     "fold",
     "turn_opens",
 ]
+
+# A session's token totals stop here rather than overflow the databases' 64-bit integers. Each
+# reply reports at most events.MAX_TOKEN_COUNT, so no real session comes near; but a session may
+# hold up to 2**63 - 1 events, so only saturating makes overflow impossible, and the backends'
+# SQL saturates the same way (a + min(b, MAX - a)), so verify() finds the fold and SQL agree.
+MAX_TOKEN_TOTAL: Final = 2**63 - 1
+
+
+def add_tokens(total: int, count: int) -> int:
+    """`total + count`, saturating at `MAX_TOKEN_TOTAL`."""
+    return min(total + count, MAX_TOKEN_TOTAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,8 +382,8 @@ class Projection:
             case UsageAdded(prompt, completion):
                 self.session = replace(
                     self.session,
-                    prompt_tokens=self.session.prompt_tokens + prompt,
-                    completion_tokens=self.session.completion_tokens + completion,
+                    prompt_tokens=add_tokens(self.session.prompt_tokens, prompt),
+                    completion_tokens=add_tokens(self.session.completion_tokens, completion),
                 )
 
 

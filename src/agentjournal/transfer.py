@@ -19,7 +19,7 @@ from itertools import islice
 from typing import Any, Final, Protocol
 
 from agentjournal.appends import AppendRequest, append_group
-from agentjournal.arguments import check_id
+from agentjournal.arguments import MAX_INT, check_id
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.errors import CorruptLine, JournalError, StorageError
 from agentjournal.events import Event, PreparedEvent, loads_strict, prepare
@@ -158,8 +158,10 @@ def _parse(max_payload_bytes: int, number: int, text: str | bytes) -> _Line:
             raise CorruptLine(number, f"missing {', '.join(missing)}")
         seq, created_at = data["seq"], data.get("created_at", 0)
         for name, value in (("seq", seq), ("created_at", created_at)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise CorruptLine(number, f"{name} must be a non-negative integer, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+                raise CorruptLine(
+                    number, f"{name} must be an integer from 0 to 2**63 - 1, not {value!r}"[:200]
+                )
         if seq < 1:
             raise CorruptLine(number, "seq starts at 1")
         event = prepare(

@@ -210,6 +210,26 @@ def test_import_rejects_a_corrupt_line_by_number_and_writes_nothing(tmp_path: Pa
     assert count_events(copy) == 0
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["1" * 4301, "1e400", "18446744073709551616", '"\\ud800"', "[" * 5000],
+    ids=["huge-int", "1e400", "past-64-bits", "lone-surrogate", "deep"],
+)
+def test_import_refuses_json_python_cannot_hold_without_a_traceback(
+    tmp_path: Path, value: str
+) -> None:
+    db, dump = tmp_path / "a.db", tmp_path / "events.jsonl"
+    line = {"session_id": "s1", "seq": 1, "type": "session_created", "payload": {"title": ""}}
+    dump.write_text(json.dumps(line).replace('"seq": 1', f'"seq": 1, "created_at": {value}'))
+
+    refused = aj("import", str(dump), "--db", str(db))
+
+    assert refused.returncode == 2, refused.stderr
+    assert "line 1:" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert count_events(db) == 0
+
+
 def test_export_refuses_to_overwrite_and_unknown_sessions(tmp_path: Path) -> None:
     db, dump = tmp_path / "a.db", tmp_path / "events.jsonl"
     seeded(db)

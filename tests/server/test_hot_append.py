@@ -31,7 +31,7 @@ def test_appends_keep_keys_limits_problems_and_metrics(
     acme = server.headers("acme")
     one = {"type": "user_message", "payload": {"content": "hi"}, "idempotency_key": "k1"}
     with httpx.Client(base_url=server.base_url, timeout=10.0) as http:
-        before = http.get("/metrics").text
+        before = http.get("/metrics", headers=acme).text
         sid = http.post("/v1/sessions", json={}, headers=acme).json()["session_id"]  # token 1
         events = f"/v1/sessions/{sid}/events"
         # No key: 401 before anything else, and no token spent (there is no key to charge).
@@ -60,7 +60,7 @@ def test_appends_keep_keys_limits_problems_and_metrics(
         limited = http.post(events, json={"type": "user_message"}, headers=acme)
         assert_problem(limited, 429)
         assert int(limited.headers["Retry-After"]) >= 1
-        after = http.get("/metrics").text
+        after = http.get("/metrics", headers=acme).text
     assert db_counts(server.db_path).events == 4  # session_created, k1, the batch of two
     appended = "agentjournal_events_appended_total"
     assert metric(after, appended) - metric(before, appended) == 3

@@ -809,3 +809,30 @@ def test_keyed_sessions_belong_to_the_key_tenant(keyed_server: Any) -> None:
         assert_problem(http.get(f"/v1/sessions/{sid}", headers=beta), 404)
         listed = http.get("/v1/sessions", params={"status": "all"}, headers=beta).json()
         assert sid not in [s["session_id"] for s in listed["sessions"]]
+
+
+def test_with_keys_metrics_need_a_key_and_healthz_says_nothing_of_tenants(
+    keyed_server: Any,
+) -> None:
+    with httpx.Client(base_url=keyed_server.base_url, timeout=10.0) as http:
+        # Counts of every tenant's requests: not for anyone without a key.
+        refused = assert_problem(http.get("/metrics"), 401)
+        assert "Bearer" in refused["detail"]
+        bad = {"Authorization": "Bearer aj_aaaaaaaaaa_" + "b" * 43}
+        assert_problem(http.get("/metrics", headers=bad), 401)
+        scraped = http.get("/metrics", headers=keyed_server.headers("acme"))
+        assert scraped.status_code == 200
+        assert "agentjournal_events_appended_total" in scraped.text
+        # Probes need no key, and learn only that the server is up.
+        health = http.get("/healthz")
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok"}
+
+
+def test_metrics_public_serves_metrics_without_a_key(start_server: Callable[..., Any]) -> None:
+    public = start_server("--metrics-public", tenants=("acme",))
+    with httpx.Client(base_url=public.base_url, timeout=10.0) as http:
+        scraped = http.get("/metrics")
+        assert scraped.status_code == 200, scraped.text
+        assert "agentjournal_events_appended_total" in scraped.text
+        assert_problem(http.get("/v1/sessions"), 401)  # only /metrics is opened

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from httpx_sse import connect_sse
 
 from agentjournal import Journal
+from postgres_fixtures import ADMIN_URL, fresh_schema, url_for
 
 Running = Any  # conftest's RunningServer (fixtures only)
 CLI_TIMEOUT = 60.0
@@ -121,43 +123,42 @@ def test_without_keys_serve_refuses_a_non_loopback_host(tmp_path: Path, host: st
     assert host in output
     assert "no API keys" in output
     assert "keys create" in output  # says how to fix it
+    assert list(tmp_path.iterdir()) == []  # refused before anything was created
 
 
-def test_without_keys_the_app_answers_only_loopback_callers(tmp_path: Path) -> None:
-    """The rule lives in the app, not only in the CLI: `create_app` without keys, bound to every
-    interface, refuses a caller from another address (403, nothing written) on the routed and
-    the fast append path alike, and serves loopback callers."""
-    address = non_loopback_address()
-    if address is None:
-        pytest.skip("this machine has no non-loopback IPv4 address to call from")
-    db_path = tmp_path / "journal.db"
-    port = free_port()
-    argv = [sys.executable, "-c", _APP_ON_ALL_INTERFACES, str(db_path), str(port)]
-    local, remote = f"http://127.0.0.1:{port}", f"http://{address}:{port}"
-    events = {"events": [{"type": "user_message", "payload": {"content": "hi"}}]}
-    with serving(db_path, "0.0.0.0", port, argv) as process:
+def test_without_keys_serve_refuses_before_touching_a_postgresql_database() -> None:
+    with fresh_schema("refused") as schema:
+        result = cli("serve", "--db", url_for(schema), "--host", "0.0.0.0", "--port", "1")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "refusing to bind 0.0.0.0" in result.stderr
+        # Refused first: no schema created, no migration run.
+        with psycopg.connect(ADMIN_URL) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+            ).fetchone()
+        assert found == (0,)
 
-        def up() -> bool:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            with contextlib.suppress(httpx.TransportError):
-                return httpx.get(f"{local}/healthz", timeout=2.0).status_code == 200
-            return False
 
-        wait_until(up, "the app to start")
-        created = httpx.post(f"{local}/v1/sessions", json={}, timeout=10.0)
-        assert created.status_code == 201, created.text
-        session_id = created.json()["session_id"]
-        for path, body in (("/v1/sessions", {}), (f"/v1/sessions/{session_id}/events", events)):
-            refused = httpx.post(f"{remote}{path}", json=body, timeout=10.0)
-            assert refused.status_code == 403, (path, refused.text)
-            assert refused.headers["content-type"].startswith("application/problem+json")
-            assert "keys create" in refused.json()["detail"]
-        assert httpx.get(f"{remote}/v1/sessions", timeout=10.0).status_code == 403
-        listed = httpx.get(f"{local}/v1/sessions", timeout=10.0)
-        assert listed.status_code == 200
-        assert [s["session_id"] for s in listed.json()["sessions"]] == [session_id]
-    with Journal.open(str(db_path)) as journal:
-        assert journal.get_session(session_id).last_seq == 1  # only session_created
+def test_serve_binds_a_non_loopback_host_of_a_postgresql_database_with_a_key() -> None:
+    with fresh_schema("keyed") as schema:
+        url = url_for(schema)
+        created = cli("keys", "create", "--tenant", "acme", "--db", url)
+        assert created.returncode == 0, created.stderr
+        port = free_port()
+        argv = [sys.executable, "-m", "agentjournal.cli", "serve", "--db", url]
+        with serving(
+            Path(), "0.0.0.0", port, [*argv, "--host", "0.0.0.0", "--port", str(port)]
+        ) as process:
+            base = f"http://127.0.0.1:{port}"
+
+            def up() -> bool:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                with contextlib.suppress(httpx.TransportError):
+                    return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+                return False
+
+            wait_until(up, "the server to answer")
+            assert httpx.get(f"{base}/v1/sessions", timeout=5).status_code == 401
 
 
 def test_with_a_key_serve_binds_a_non_loopback_host(tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ async def _answers(asgi: ASGIApp, key: str) -> list[tuple[str, int, dict[str, st
                 kept["retry-after"] = "…"
             content = response.json() if response.content else None
             answers.append((name, response.status_code, kept, _normal(content)))
-        metrics = (await http.get("/metrics")).text
+        metrics = (await http.get("/metrics", headers={"authorization": f"Bearer {key}"})).text
     errors = "agentjournal_http_errors_total"
     counted = {s: metric(metrics, errors, {"status": s}) for s in ("400", "401", "404", "409")}
     counted |= {s: metric(metrics, errors, {"status": s}) for s in ("413", "415", "422", "429")}

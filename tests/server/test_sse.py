@@ -3,6 +3,8 @@ other clients append, the tenant's global feed, heartbeats, stream slots, delete
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -480,3 +482,90 @@ def test_a_feed_that_ends_waits_for_what_an_older_transaction_holds_back(
             running.stop()
     got = [json.loads(frame.data) for frame in feed]
     assert [(e["session_id"], e["seq"]) for e in got] == [(session_id, s) for s in [1, *sent]]
+
+
+BURST = 40
+LIMIT = 3
+
+
+async def _open_at_once(base_url: str, urls: list[str]) -> list[int]:
+    """Open every stream at the same moment and hold all of them open until every one has its
+    status: the statuses, in order."""
+    limits = httpx.Limits(max_connections=len(urls), max_keepalive_connections=0)
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=30.0, limits=limits) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        opened = await asyncio.gather(
+            *(stack.enter_async_context(client.stream("GET", url)) for url in urls)
+        )
+        return [response.status_code for response in opened]
+
+
+def test_a_burst_of_simultaneous_opens_admits_exactly_the_limit(
+    start_server: Callable[..., Running],
+) -> None:
+    capped = start_server(limits={"max_streams_per_key": LIMIT})
+    with http(capped) as client:
+        sid = new_session(client)
+    # Session streams and the feed share the key's slots.
+    urls = [f"/v1/sessions/{sid}/events/stream"] * (BURST // 2) + ["/v1/events/stream"] * (
+        BURST // 2
+    )
+    statuses = asyncio.run(_open_at_once(capped.base_url, urls))
+    assert sorted(statuses) == [200] * LIMIT + [429] * (BURST - LIMIT)
+
+
+def test_a_slot_comes_back_when_the_response_never_starts(tmp_path: Any) -> None:
+    """In process: a client that is gone before the first byte is sent (its `send` fails) must
+    not keep the slot it was admitted with, though the stream's generator never ran."""
+    from agentjournal import Journal
+    from agentjournal.server import Limits, create_app
+
+    with Journal.open(tmp_path / "j.db") as journal:
+        app = create_app(journal, limits=Limits(max_streams_per_key=1))
+        sid = journal.create_session("t").session_id
+        path = f"/v1/sessions/{sid}/events/stream"
+
+        async def gone_client() -> None:
+            scope = {
+                "type": "http",
+                "asgi": {"version": "3.0"},
+                "http_version": "1.1",
+                "method": "GET",
+                "scheme": "http",
+                "path": path,
+                "raw_path": path.encode(),
+                "root_path": "",
+                "query_string": b"",
+                "headers": [],
+                "client": ("127.0.0.1", 40000),
+                "server": ("127.0.0.1", 8000),
+            }
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                raise OSError("the client is gone")
+
+            with contextlib.suppress(OSError, ExceptionGroup):
+                await app(scope, receive, send)
+
+        async def then_a_stream() -> int:
+            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40001))
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                response = await client.get(path, params={"follow": "false"})
+                return response.status_code
+
+        service = app.state.service
+
+        async def both() -> int:
+            try:
+                await gone_client()
+                return await then_a_stream()
+            finally:
+                await service.journal.close()  # what the app's lifespan does at shutdown
+
+        assert asyncio.run(both()) == 200
+        assert service.metrics.registry.get_sample_value("agentjournal_open_streams") == 0

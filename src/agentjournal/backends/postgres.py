@@ -64,6 +64,13 @@ I = TypeVar("I")  # noqa: E741
 
 log = logging.getLogger("agentjournal.postgres")
 
+
+def _refused_value(exc: BaseException) -> InvalidArgument:
+    # A value out of a column's range or type (bigint out of range, say): the caller's data,
+    # not the database failing, so never a StorageError ("unavailable").
+    return InvalidArgument(f"the database cannot hold a value of this request: {exc}")
+
+
 _KEY_COLUMNS: Final = "key_id, tenant, secret_hash, label, created_at, revoked_at"
 _SCOPE_LOCAL: Final = "SELECT set_config('agentjournal.tenant', %s, true)"
 _SCOPE_SESSION: Final = "SELECT set_config('agentjournal.tenant', %s, false)"
@@ -421,6 +428,10 @@ class PostgresStorage:
                 return call()
             except CommitUnknown:
                 raise
+            except psycopg.DataError as exc:
+                # A value out of the column's range or type: the caller's data, never a retry
+                # and never "storage unavailable".
+                raise _refused_value(exc) from exc
             except psycopg.IntegrityError as exc:
                 # The rules passed, then a concurrent transaction committed the same key or id
                 # first (another thread, another instance). Run again: the rules now see that
@@ -477,6 +488,8 @@ class PostgresStorage:
                 if attempt == 2:
                     raise StorageError(f"read failed: {exc}") from exc
                 self._pool.check()
+            except psycopg.DataError as exc:
+                raise _refused_value(exc) from exc
             except psycopg.Error as exc:
                 raise StorageError(f"read failed: {exc}") from exc
         raise AssertionError("unreachable")

@@ -250,8 +250,13 @@ class Control:
             _command(conn, "ROLLBACK TO request")
 
     def failed_commit(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, (CommitUnknown, psycopg.OperationalError)):
-            return exc  # PostgresStorage.write retries the second kind, reports the first
+        if isinstance(
+            exc,
+            (CommitUnknown, psycopg.OperationalError, psycopg.IntegrityError, psycopg.DataError),
+        ):
+            # PostgresStorage.write reports the first kind, retries the second and translates
+            # the others (a constraint or a value the database refused is not an outage).
+            return exc
         return StorageError(f"commit failed, nothing of this batch was written: {exc}")
 
     def _end(self) -> None:
@@ -630,8 +635,12 @@ class PostgresTx:
             [(*r[:4], tenant, r[4]) for r in rows.calls_closed],
         )
         self._many(
-            "UPDATE sessions SET prompt_tokens = prompt_tokens + %s,"
-            " completion_tokens = completion_tokens + %s WHERE session_id = %s AND tenant = %s",
+            # Saturating (projection.add_tokens): neither side of the + can overflow.
+            "UPDATE sessions"
+            " SET prompt_tokens = prompt_tokens + least(%s, 9223372036854775807 - prompt_tokens),"
+            " completion_tokens = completion_tokens"
+            " + least(%s, 9223372036854775807 - completion_tokens)"
+            " WHERE session_id = %s AND tenant = %s",
             [(p, c, sid, tenant) for sid, (p, c) in rows.usage.items()],
         )
 

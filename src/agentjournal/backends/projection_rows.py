@@ -23,6 +23,7 @@ from agentjournal.projection import (
     ToolCallClosed,
     ToolCallOpened,
     UsageAdded,
+    add_tokens,
     effects,
     turn_opens,
 )
@@ -176,8 +177,8 @@ def projection_rows(
                     rows.session_changes.append((sid, encode_session_fields(changed)))
                 case UsageAdded(prompt, completion):
                     totals = rows.usage.setdefault(sid, [0, 0])
-                    totals[0] += prompt
-                    totals[1] += completion
+                    totals[0] = add_tokens(totals[0], prompt)
+                    totals[1] = add_tokens(totals[1], completion)
                 case TaskCreated(task) if tasks:
                     rows.task_changes.append(replace(task, tenant=tenant))
                 case TaskChanged(task_id, changed) if tasks:

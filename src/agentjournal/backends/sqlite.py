@@ -109,6 +109,14 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
 
 log = logging.getLogger("agentjournal.sqlite")
 
+# A value the database cannot hold (an integer past 64 bits, a string or blob past SQLite's
+# limit): the caller's data, not the database failing, so never a StorageError ("unavailable").
+_DATA_ERRORS: Final = (OverflowError, sqlite3.DataError)
+
+
+def _refused_value(exc: BaseException) -> InvalidArgument:
+    return InvalidArgument(f"the database cannot hold a value of this request: {exc}")
+
 
 class SQLiteStorage:
     """A journal in one SQLite file. Thread-safe; share one per process and file."""
@@ -214,6 +222,8 @@ class SQLiteStorage:
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._reader().execute(sql, params).fetchall()
+        except _DATA_ERRORS as exc:
+            raise _refused_value(exc) from exc
         except sqlite3.Error as exc:
             raise StorageError(f"read failed: {exc}") from exc
 
@@ -276,6 +286,8 @@ class SQLiteStorage:
         except sqlite3.IntegrityError as exc:
             # The rules run first, so this is a race the database caught (e.g. a random id reused).
             raise Conflict(f"the database refused the write: {exc}") from exc
+        except _DATA_ERRORS as exc:
+            raise _refused_value(exc) from exc
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
         self._follow_search()
@@ -290,6 +302,8 @@ class SQLiteStorage:
             result: T = self._group.submit_grouped(work, item)
         except sqlite3.IntegrityError as exc:
             raise Conflict(f"the database refused the write: {exc}") from exc
+        except _DATA_ERRORS as exc:
+            raise _refused_value(exc) from exc
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
         self._follow_search()

@@ -60,7 +60,9 @@ _ROWS_PER_INSERT: Final = 64
 _ADVANCE_SESSION: Final = (
     "UPDATE sessions SET last_seq = ?, last_event_id = ?, event_count = event_count + ?,"
     " updated_at = ?, turn_open = coalesce(?, turn_open),"
-    " prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?"
+    # Saturating (projection.add_tokens): neither side of the + can overflow.
+    " prompt_tokens = prompt_tokens + min(?, 9223372036854775807 - prompt_tokens),"
+    " completion_tokens = completion_tokens + min(?, 9223372036854775807 - completion_tokens)"
     " WHERE session_id = ? AND tenant = ?"
 )
 _INSERT_TASK: Final = (

@@ -67,6 +67,14 @@ def serve(
     task_lease: Annotated[
         float, typer.Option(help="Lease (seconds) of the agent's task worker; renewed at 1/3.")
     ] = 10.0,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            help="Serve GET /metrics without a key (for a Prometheus scraper). Its counts are"
+            " the whole server's, every tenant's: without this flag, once keys exist, it needs"
+            " a valid key like every route."
+        ),
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -76,19 +84,24 @@ def serve(
     import uvicorn
 
     from agentjournal.journal import Journal
+    from agentjournal.keys import active_keys_exist
     from agentjournal.server import Limits, create_app
-    from agentjournal.server.service import open_bind_refusal
+    from agentjournal.server.service import is_loopback, open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
+    # Refused before the journal is opened: opening creates the database and migrates it.
     try:
-        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+        keys_exist = not is_loopback(host) and active_keys_exist(db)
     except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
         fail(f"cannot open {db!r}: {exc}")
-    refusal = open_bind_refusal(host, keys_exist=journal.keys.any_active())
+    refusal = open_bind_refusal(host, keys_exist=keys_exist)
     if refusal is not None:
-        journal.close()
         typer.echo(refusal, err=True)
         raise typer.Exit(2)
+    try:
+        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+    except JournalError as exc:
+        fail(f"cannot open {db!r}: {exc}")
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_streams_per_key=max_streams_per_key,
@@ -98,7 +111,13 @@ def serve(
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
     # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    app = create_app(journal, limits=limits, agent=hosted, task_lease_seconds=task_lease)
+    app = create_app(
+        journal,
+        limits=limits,
+        agent=hosted,
+        task_lease_seconds=task_lease,
+        metrics_public=metrics_public,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

@@ -281,6 +281,8 @@ class Agent:
             parsed = json.loads(arguments or "{}")
             if not isinstance(parsed, dict):
                 raise ValueError("arguments must be a JSON object")
+        except RecursionError:
+            return f"{ERROR_PREFIX}bad arguments for {name}: nested too deep", True
         except ValueError as exc:
             return f"{ERROR_PREFIX}bad arguments for {name}: {exc}", True
         try:

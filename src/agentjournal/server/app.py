@@ -217,7 +217,6 @@ async def stream_session(
         after = int(last_event_id)
     service = service_of(request)
     session = await journal_for(request, tenant).get_session(session_id)  # 404 before streaming
-    service.check_streams(request.state.key_id)
     key_id = request.state.key_id
     return session_stream(service, tenant, key_id, session_id, after, follow, session.last_seq)
 
@@ -330,7 +329,6 @@ async def stream_feed(
     service = service_of(request)
     # Positions are the backend's own (opaque); it says whether this one is, before streaming.
     await journal_for(request, tenant).events_all(after=after, limit=1)
-    service.check_streams(request.state.key_id)
     return feed_stream(service, tenant, request.state.key_id, after, follow)
 
 
@@ -341,10 +339,13 @@ def create_app(
     require_keys: bool | None = None,
     agent: Agent | None = None,
     task_lease_seconds: float = 10.0,
+    metrics_public: bool = False,
 ) -> FastAPI:
     """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
     soon as one active key exists; otherwise every request is tenant 'default'. With an `agent`,
-    `/turns` runs it, and start-up finishes the turns a crash cut before the first request."""
+    `/turns` runs it, and start-up finishes the turns a crash cut before the first request.
+    `/metrics` counts every tenant's requests, so it asks for a key like any route, unless
+    `metrics_public` (for a scraper on a network the operator trusts)."""
     keys = journal.keys
     service = Service(
         journal=AsyncJournal(journal),
@@ -385,7 +386,7 @@ def create_app(
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Health:
-        """200 when the database answers."""
+        """200 when the database answers; open to probes, so it says nothing else."""
         await service.journal.sessions(limit=1)
         return Health(status="ok")
 
@@ -395,8 +396,14 @@ def create_app(
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus"}},
         tags=["operations"],
     )
-    async def metrics() -> Response:
-        """Prometheus text format."""
+    async def metrics(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        """Prometheus text format: the whole server's counts (all tenants), so the caller needs
+        a valid key of any tenant, as for every route (not when served with --metrics-public)."""
+        if not metrics_public:
+            client = request.client
+            service.caller(authorization, None if client is None else client.host)
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _document_problems(app)

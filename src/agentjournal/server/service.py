@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -16,7 +14,7 @@ from agentjournal.server.agent_host import AgentHost
 from agentjournal.server.fanout import Fanout
 from agentjournal.server.problems import Problem
 
-__all__ = ["Limits", "Metrics", "Service", "is_loopback", "open_bind_refusal"]
+__all__ = ["Limits", "Metrics", "Service", "StreamSlot", "is_loopback", "open_bind_refusal"]
 
 _KEY_CACHE_SECONDS = 5.0  # a revoked key stops working within this long
 
@@ -130,26 +128,45 @@ class Service:
             )
         bucket.tokens -= 1
 
-    def check_streams(self, key_id: str) -> None:
-        """Refuse (429) a new stream while the key has `max_streams_per_key` open; checked
-        before the response starts, since a stream's status line goes out with its first frame."""
-        if self._streams.get(key_id, 0) >= self.limits.max_streams_per_key:
+    def reserve_stream(self, key_id: str) -> StreamSlot:
+        """Take one of the key's `max_streams_per_key` stream slots, or refuse (429). Checked
+        and taken in one step, with no await between them, so simultaneous opens cannot all
+        pass the check before any is counted; taken before the response starts, since a
+        stream's status line goes out with its first frame. The caller releases it."""
+        held = self._streams.get(key_id, 0)
+        if held >= self.limits.max_streams_per_key:
             raise Problem(
                 429,
                 "Too many streams",
                 f"this key already has {self.limits.max_streams_per_key} open streams",
             )
-
-    @asynccontextmanager
-    async def stream_slot(self, key_id: str) -> AsyncIterator[None]:
-        """Count one open stream of the key for as long as its generator runs."""
-        self._streams[key_id] = self._streams.get(key_id, 0) + 1
+        self._streams[key_id] = held + 1
         self.metrics.open_streams.inc()
-        try:
-            yield
-        finally:
-            self._streams[key_id] -= 1
-            self.metrics.open_streams.dec()
+        return StreamSlot(self, key_id)
+
+    def _release_stream(self, key_id: str) -> None:
+        held = self._streams[key_id] - 1
+        if held:
+            self._streams[key_id] = held
+        else:
+            del self._streams[key_id]  # keys come and go: keep no entry for one with none open
+        self.metrics.open_streams.dec()
+
+
+class StreamSlot:
+    """One open stream of a key, counted from admission until `release` (which only the first
+    call does, so every path that ends a stream may call it)."""
+
+    __slots__ = ("_key_id", "_service")
+
+    def __init__(self, service: Service, key_id: str) -> None:
+        self._service: Service | None = service
+        self._key_id = key_id
+
+    def release(self) -> None:
+        service, self._service = self._service, None
+        if service is not None:
+            service._release_stream(self._key_id)
 
 
 def is_loopback(host: str) -> bool:

@@ -3,7 +3,7 @@
 A live stream joins the source's one reader (server/fanout.py) first, then sends its backlog from
 the journal, then what the reader hands it, dropping anything at or below the last event it sent:
 no gap between backlog and live, no duplicate. `?follow=false` sends the backlog and ends. The
-stream's slot is held for as long as the generator runs and released when the client leaves.
+stream's slot is taken when the request is admitted and held until the response ends.
 
 Feed positions are opaque (their format is the backend's): the feed pages and resumes on the
 position strings themselves and compares only the keys `Journal.position_key` gives for them.
@@ -14,16 +14,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.events import Event
 from agentjournal.server.fanout import Rendered, render
-from agentjournal.server.service import Service
+from agentjournal.server.service import Service, StreamSlot
 
-__all__ = ["feed_stream", "session_stream"]
+__all__ = ["SSE_HEADERS", "feed_stream", "held_stream", "session_stream"]
 
 _PAGE = 1000
 # How long a `follow=false` feed waits for an event the feed still holds back (PostgreSQL shows
@@ -62,7 +63,6 @@ async def _backlog(
 
 async def _stream(
     service: Service,
-    key_id: str,
     read_page: Callable[[Cursor], Awaitable[list[Event]]],
     follow: Callable[[Cursor], AsyncIterator[Event]] | None,
     source: tuple[str, ...],
@@ -71,29 +71,28 @@ async def _stream(
     after_key: int | None,
     live_from: Cursor,
 ) -> AsyncIterator[ServerSentEvent]:
-    async with service.stream_slot(key_id):
-        yield ServerSentEvent(retry=service.limits.retry_ms)
-        if follow is None:
-            async for event in _backlog(read_page, order.cursor, after):
-                yield _frame(render(event, order.key(event)), order)
-            return
-        # A new source's reader starts at what was committed when the request came in (any
-        # committed point works: the backlog read below reaches past it).
-        async with service.fanout.join(source, lambda: follow(live_from), order.key) as subscriber:
-            last = after_key  # None: the stream starts before every event, so nothing is a repeat
-            async for event in _backlog(read_page, order.cursor, after):
-                sent = render(event, order.key(event))
-                yield _frame(sent, order)
-                last = sent.order
-                if event.ends_session_stream and source[0] == "session":
-                    return
-            while (rendered := await subscriber.queue.get()) is not None:
-                if last is not None and rendered.order <= last:
-                    continue
-                yield _frame(rendered, order)
-                last = rendered.order
-                if rendered.event.ends_session_stream and source[0] == "session":
-                    return
+    yield ServerSentEvent(retry=service.limits.retry_ms)
+    if follow is None:
+        async for event in _backlog(read_page, order.cursor, after):
+            yield _frame(render(event, order.key(event)), order)
+        return
+    # A new source's reader starts at what was committed when the request came in (any
+    # committed point works: the backlog read below reaches past it).
+    async with service.fanout.join(source, lambda: follow(live_from), order.key) as subscriber:
+        last = after_key  # None: the stream starts before every event, so nothing is a repeat
+        async for event in _backlog(read_page, order.cursor, after):
+            sent = render(event, order.key(event))
+            yield _frame(sent, order)
+            last = sent.order
+            if event.ends_session_stream and source[0] == "session":
+                return
+        while (rendered := await subscriber.queue.get()) is not None:
+            if last is not None and rendered.order <= last:
+                continue
+            yield _frame(rendered, order)
+            last = rendered.order
+            if rendered.event.ends_session_stream and source[0] == "session":
+                return
 
 
 _BY_SEQ: _Order[int] = _Order(
@@ -120,7 +119,6 @@ def session_stream(
 
     frames = _stream(
         service,
-        key_id,
         read_page,
         subscribe if follow else None,
         ("session", tenant, session_id),
@@ -129,7 +127,7 @@ def session_stream(
         after,
         live_from,
     )
-    return _response(service, frames)
+    return held_stream(service, key_id, frames, service.limits.heartbeat_seconds)
 
 
 def feed_stream(
@@ -174,7 +172,6 @@ def feed_stream(
     )
     frames = _stream(
         service,
-        key_id,
         read_page if follow else read_committed,
         subscribe if follow else None,
         ("feed", tenant),
@@ -183,10 +180,39 @@ def feed_stream(
         None if after is None else key_of(after),
         after,
     )
-    return _response(service, frames)
+    return held_stream(service, key_id, frames, service.limits.heartbeat_seconds)
 
 
-def _response(service: Service, frames: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
-    # no-transform and X-Accel-Buffering keep proxies from holding frames back.
-    headers = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
-    return EventSourceResponse(frames, ping=service.limits.heartbeat_seconds, headers=headers)
+# no-transform and X-Accel-Buffering keep proxies from holding frames back.
+SSE_HEADERS: dict[str, str] = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+
+
+def held_stream(
+    service: Service,
+    key_id: str,
+    frames: AsyncIterator[ServerSentEvent],
+    ping: float | None = None,
+) -> EventSourceResponse:
+    """The SSE response sending `frames`, holding one of the key's stream slots (429 when it has
+    none left) from now until the response ends, however it ends: also if it never starts (the
+    client left first), when its generator never runs. Call it last in a route, so that nothing
+    between taking the slot and returning the response can fail. `ping`: seconds between
+    heartbeats (None: sse_starlette's default)."""
+    slot = service.reserve_stream(key_id)
+    return _HeldStream(slot, frames, ping=ping, headers=SSE_HEADERS)
+
+
+class _HeldStream(EventSourceResponse):
+    def __init__(self, slot: StreamSlot, *args: Any, **kwargs: Any) -> None:
+        self._slot = slot  # first: a failure below must still find it
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()

@@ -27,13 +27,13 @@ from agentjournal.server.routing import (
     journal_for,
     service_of,
 )
+from agentjournal.server.streams import SSE_HEADERS, held_stream
 from agentjournal.server.turn_frames import FrameId, TurnFrame, TurnLog
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, tags=["agent"])
 _MODEL_FAILED = {"description": "the model failed; the turn stays open and resume finishes it"}
-_SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
 TurnSeq = Annotated[int, Path(ge=1, le=2**63 - 1, description="the seq of the turn's user_message")]
 # A frame id: {turn}:{run}:{n}.
 FrameCursor = Annotated[str | None, Query(max_length=80, description="a frame id: resume after it")]
@@ -133,7 +133,7 @@ def _stream(frames: AsyncIterator[TurnFrame], status: int) -> Response:
         async for frame in frames:
             yield _sse(frame)
 
-    return EventSourceResponse(sse(), status_code=status, headers=_SSE_HEADERS)
+    return EventSourceResponse(sse(), status_code=status, headers=SSE_HEADERS)
 
 
 def _held_turn(request: Request, tenant: str, session_id: str, turn: int) -> TurnLog:
@@ -187,15 +187,12 @@ async def stream_turn(
                 "Invalid request",
                 f"{text!r} is not a frame id of turn {turn} ({turn}:<run>:<n>, as sent in id:)",
             )
-    service = service_of(request)
-    service.check_streams(request.state.key_id)
 
     async def sse() -> AsyncIterator[ServerSentEvent]:
-        async with service.stream_slot(request.state.key_id):
-            async for frame in log.follow(cursor, live=follow):
-                yield _sse(frame)
+        async for frame in log.follow(cursor, live=follow):
+            yield _sse(frame)
 
-    return EventSourceResponse(sse(), headers=_SSE_HEADERS)
+    return held_stream(service_of(request), request.state.key_id, sse())
 
 
 @router.post("/sessions/{session_id}/turns/{turn}/cancel", response_model=TurnCancelled)
