@@ -41,8 +41,9 @@ bench-postgres: $(STAMP)  # needs a PostgreSQL: --url, default postgresql://127.
 bench-feed: $(STAMP)  # the PostgreSQL feed under stress writers: every event once, in order
 	$(BIN)/python bench/feed_stress.py --seconds 300
 
-bench-agents: $(STAMP)  # JournalSession beside the Agents SDK's SQLiteSession
+bench-agents: $(STAMP)  # JournalSession beside the Agents SDK's SQLiteSession: one, then 16 at once
 	$(BIN)/python bench/agents_session_bench.py
+	$(BIN)/python bench/agents_concurrency_bench.py
 
 bench-langgraph: $(STAMP)  # JournalSaver beside LangGraph's SqliteSaver and PostgresSaver
 	$(BIN)/python bench/langgraph_bench.py

@@ -43,3 +43,23 @@ def test_quick_run_prints_every_measure(tmp_path: Path) -> None:
         line.startswith("| get_items(limit=20) @50 turns |") and "flat" in line for line in lines
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_concurrency_quick_run_prints_every_system(tmp_path: Path) -> None:
+    """`bench/agents_concurrency_bench.py --quick`: every way of holding the conversations gets
+    a row with its rate, ratio and latencies (each run checks that every conversation holds
+    exactly what it added), and the temporary databases are gone."""
+    out = run_quick("agents_concurrency_bench.py", tmp_path)
+    lines = out.splitlines()
+    assert (
+        "| system | turns/s | ratio | target | met? | add_items p50 ms | p99 ms | peak RSS MB |"
+        in lines
+    )
+    for system in ("SQLiteSession", "JournalSession, shared journal", "JournalSession.open"):
+        rows = [line for line in lines if line.startswith(f"| {system} |")]
+        assert len(rows) == 1, f"{system!r} missing from:\n{out}"
+        cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
+        assert len(cells) == 8, rows[0]
+        assert cells[2].endswith("x"), rows[0]
+        assert all(cells[i] for i in (1, 5, 6, 7)), rows[0]
+    assert list(tmp_path.iterdir()) == []

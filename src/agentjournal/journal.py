@@ -64,6 +64,7 @@ class Journal(TaskVerbs):
     """
 
     _owns_storage = True  # False for a `for_tenant` view: the storage is its parent's to close
+    _release: Callable[[], None] | None = None  # set by `open`: lets go of a shared storage
 
     @classmethod
     def open(
@@ -85,8 +86,14 @@ class Journal(TaskVerbs):
         PostgreSQL, `synchronous_commit = off`).
         """
         check_id(tenant, "tenant")
-        storage = open_storage(url, durability, create=create)
-        return cls(storage, tenant=tenant, max_payload_bytes=max_payload_bytes)
+        storage, release = open_storage(url, durability, create=create)
+        try:
+            journal = cls(storage, tenant=tenant, max_payload_bytes=max_payload_bytes)
+        except BaseException:
+            release()
+            raise
+        journal._release = release
+        return journal
 
     @staticmethod
     def migrate(url: str | Path, *, grant_to: Sequence[str] = ()) -> None:
@@ -108,8 +115,11 @@ class Journal(TaskVerbs):
         return other
 
     def close(self) -> None:
+        """Let go of the storage: closed once no other journal of this process holds it (every
+        `open` of one SQLite file shares its writer; a second close does nothing more). A
+        journal made over a storage it was handed closes that storage."""
         if self._owns_storage:
-            self.storage.close()
+            (self._release or self.storage.close)()
 
     def __enter__(self) -> Self:
         return self

@@ -125,9 +125,12 @@ def test_the_lock_file_is_free_after_every_write_that_ends(tmp_path: Path) -> No
         assert [e.type for e in journal.events(sid)] == ["session_created", "tool_call"]
 
 
-def test_two_journals_of_one_process_on_one_file_take_turns(tmp_path: Path) -> None:
+def test_two_storages_of_one_process_on_one_file_take_turns(tmp_path: Path) -> None:
+    """`Journal.open` shares one storage per file and process; storages made directly (a
+    benchmark's, say) each have a writer, and take turns on the lock file."""
     path = tmp_path / "journal.db"
-    with Journal.open(path) as first, Journal.open(path) as second:
+    with Journal(SQLiteStorage(path)) as first, Journal(SQLiteStorage(path)) as second:
+        assert first.storage is not second.storage
         sid = first.create_session("s").session_id
 
         def write(journal: Journal, tag: str) -> None:

@@ -4,16 +4,21 @@ PostgreSQL driver."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 from agentjournal.backends import Storage
+from agentjournal.backends.shared import SharedStorages
 from agentjournal.errors import InvalidArgument
 
 __all__ = ["Durability", "migrate_storage", "open_storage", "sqlite_file"]
 
 Durability = Literal["full", "normal"]
+
+# Every `open_storage` of one SQLite file in this process gets its one storage (see `shared`).
+SQLITE_FILES = SharedStorages()
 
 
 def sqlite_file(url: str | Path) -> Path | None:
@@ -31,9 +36,15 @@ def sqlite_file(url: str | Path) -> Path | None:
     return Path(target)
 
 
-def open_storage(url: str | Path, durability: Durability, *, create: bool = True) -> Storage:
-    """The storage at `url`; with `create=False`, `InvalidArgument` if it is a SQLite file that
-    does not exist (a PostgreSQL database is always there: its schema is created as needed)."""
+def open_storage(
+    url: str | Path, durability: Durability, *, create: bool = True
+) -> tuple[Storage, Callable[[], None]]:
+    """The storage at `url` and the function that lets go of it (closing it once no one else
+    holds it); with `create=False`, `InvalidArgument` if it is a SQLite file that does not exist
+    (a PostgreSQL database is always there: its schema is created as needed).
+
+    A SQLite file has one storage per process, whoever opens it (`shared`); each PostgreSQL
+    open makes its own connection pool."""
     if durability not in ("full", "normal"):
         raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
     path = sqlite_file(url)
@@ -45,12 +56,15 @@ def open_storage(url: str | Path, durability: Durability, *, create: bool = True
                 f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
                 f" ({exc})"
             ) from exc
-        return PostgresStorage(str(url), durability)
+        storage = PostgresStorage(str(url), durability)
+        return storage, storage.close
     if not create and not path.is_file():
         raise InvalidArgument(f"no database at {str(url)!r}")
     from agentjournal.backends.sqlite import SQLiteStorage
 
-    return SQLiteStorage(str(path), durability)
+    return SQLITE_FILES.acquire(
+        (os.path.realpath(path), durability), lambda: SQLiteStorage(str(path), durability)
+    )
 
 
 def migrate_storage(url: str | Path, grant_to: Sequence[str] = ()) -> None:
@@ -68,4 +82,5 @@ def migrate_storage(url: str | Path, grant_to: Sequence[str] = ()) -> None:
         return
     if grant_to:
         raise InvalidArgument("roles are PostgreSQL's: a SQLite file has nothing to grant")
-    open_storage(url, "full").close()  # SQLite migrates a file when it opens it
+    _, release = open_storage(url, "full")  # SQLite migrates a file when it opens it
+    release()
