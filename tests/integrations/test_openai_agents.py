@@ -511,6 +511,32 @@ def test_session_settings_limit_and_input_callback_as_with_sqlitesession(
         peer.close()
 
 
+def test_session_settings_given_as_a_dict_are_checked_and_used_as_by_sqlitesession(
+    journal: Journal, tmp_path: Path
+) -> None:
+    peer = SQLiteSession("d", str(tmp_path / "peer.db"), session_settings={"limit": 3})
+    ours = JournalSession("d", journal, session_settings={"limit": 3})
+    assert ours.session_settings == peer.session_settings == SessionSettings(limit=3)
+    peer_model = asyncio.run(converse(peer, streamed=False))
+    our_model = asyncio.run(converse(ours, streamed=False))
+    assert [c.input for c in our_model.calls] == [c.input for c in peer_model.calls]
+    assert asyncio.run(ours.get_items()) == asyncio.run(peer.get_items())
+    assert len(asyncio.run(ours.get_items())) == 3
+    peer.close()
+    assert JournalSession("n", journal).session_settings == SessionSettings()
+    for make in (
+        lambda settings_: SQLiteSession("x", session_settings=settings_),
+        lambda settings_: JournalSession("x", journal, session_settings=settings_),
+        lambda settings_: JournalSession.open(
+            str(tmp_path / "x.db"), "x", session_settings=settings_
+        ),
+    ):
+        with pytest.raises(TypeError, match=r"^Unknown session settings: limt$"):
+            make({"limt": 3})
+        with pytest.raises(TypeError, match=r"^session must be a SessionSettings .* got int$"):
+            make(3)
+
+
 # -- what else a valid SDK run writes ---------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, UnknownToolCall
@@ -76,7 +76,8 @@ def _shared_for(journal: Journal, session_id: str) -> _Shared:
 class JournalSession:
     """The SDK's `agents.memory.Session` protocol over a `Journal` or an `AsyncJournal`.
 
-    `session_settings.limit` is the default `limit` of `get_items`, as in the SDK's own sessions.
+    `session_settings` (a `SessionSettings`, or a dict of its fields: checked as the SDK's own
+    sessions check it, an unknown key a `TypeError`) gives the default `limit` of `get_items`.
     `title`, `metadata`, `system_prompt` and `model` are used when the journal session is created
     (on the first call that needs it); an existing session is used as it is.
     """
@@ -88,7 +89,7 @@ class JournalSession:
         session_id: str,
         journal: Journal | AsyncJournal,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         system_prompt: str | None = None,
@@ -104,7 +105,12 @@ class JournalSession:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("session_id must be a non-empty string")
         self.session_id = session_id
-        self.session_settings = session_settings
+        # As SQLiteSession does: the Runner reads `session_settings` as a SessionSettings.
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self._fields: dict[str, Any] = {
             "title": session_id if title is None else title,
             "metadata": {"integration": "openai-agents", **(metadata or {})},
@@ -125,7 +131,7 @@ class JournalSession:
         *,
         tenant: str = "default",
         durability: Durability = "full",
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         **session_fields: Any,
     ) -> JournalSession:
         """A session over a journal of its own at `url` (a SQLite path or `postgresql://…`),
