@@ -511,6 +511,32 @@ def test_session_settings_limit_and_input_callback_as_with_sqlitesession(
         peer.close()
 
 
+def test_session_settings_given_as_a_dict_are_checked_and_used_as_by_sqlitesession(
+    journal: Journal, tmp_path: Path
+) -> None:
+    peer = SQLiteSession("d", str(tmp_path / "peer.db"), session_settings={"limit": 3})
+    ours = JournalSession("d", journal, session_settings={"limit": 3})
+    assert ours.session_settings == peer.session_settings == SessionSettings(limit=3)
+    peer_model = asyncio.run(converse(peer, streamed=False))
+    our_model = asyncio.run(converse(ours, streamed=False))
+    assert [c.input for c in our_model.calls] == [c.input for c in peer_model.calls]
+    assert asyncio.run(ours.get_items()) == asyncio.run(peer.get_items())
+    assert len(asyncio.run(ours.get_items())) == 3
+    peer.close()
+    assert JournalSession("n", journal).session_settings == SessionSettings()
+    for make in (
+        lambda settings_: SQLiteSession("x", session_settings=settings_),
+        lambda settings_: JournalSession("x", journal, session_settings=settings_),
+        lambda settings_: JournalSession.open(
+            str(tmp_path / "x.db"), "x", session_settings=settings_
+        ),
+    ):
+        with pytest.raises(TypeError, match=r"^Unknown session settings: limt$"):
+            make({"limt": 3})
+        with pytest.raises(TypeError, match=r"^session must be a SessionSettings .* got int$"):
+            make(3)
+
+
 # -- what else a valid SDK run writes ---------------------------------------------------------
 
 
@@ -676,6 +702,80 @@ def test_compaction_through_the_sdks_compaction_session_is_one_atomic_append(
     assert [m.content for m in journal.messages("c")].count("帮我查一下订单数量") == 2
     assert [c.call_id for c in journal.tool_calls("c")] == ["call_a", "call_b"]
     assert journal.verify().ok
+
+
+def test_automatic_compaction_of_more_than_the_model_saw_compacts_as_over_sqlitesession(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """With `session_settings.limit` the model sees the newest items only; after each turn the
+    compaction session compacts what the model saw and keeps the rest, as over SQLiteSession
+    (the SDK's `_get_compaction_snapshot` hook). The hidden items stay in the journal."""
+    runs = []
+    for session in (
+        SQLiteSession("c", str(tmp_path / "peer.db"), session_settings={"limit": 4}),
+        JournalSession("c", journal, session_settings={"limit": 4}),
+    ):
+        earlier = [user(f"earlier {n}") for n in range(6)]
+        asyncio.run(session.add_items(earlier))  # more than the model will see
+        client = types.SimpleNamespace(responses=CompactAPI())
+        compacting = OpenAIResponsesCompactionSession(
+            "c",
+            session,
+            client=client,
+            compaction_mode="input",  # the items go to the endpoint, not a stored response's id
+            should_trigger_compaction=lambda context: True,
+        )
+        model = asyncio.run(converse(compacting, streamed=False))
+        items = asyncio.run(session.get_items(limit=1000))
+        runs.append((client.responses.inputs, [c.input for c in model.calls], items))
+    (peer_inputs, peer_calls, peer_items), (inputs, calls, items) = runs
+    assert len(peer_inputs) == 3, "SQLiteSession: compacted after every turn"
+    assert inputs == peer_inputs
+    assert calls == peer_calls
+    assert items == peer_items
+    # The first compaction took what the model saw, from the oldest of the 4 items it read.
+    assert inputs[0][:2] == [user("earlier 2"), user("earlier 3")]
+    assert [item.get("id") for item in items if item.get("type") == "compaction"] == ["cmp_3"]
+    assert [m.content for m in journal.messages("c")].count("帮我查一下订单数量") == 2
+    assert journal.verify().ok
+
+
+def test_a_compaction_replaces_the_suffix_only_if_it_is_still_the_newest(journal: Journal) -> None:
+    ours = JournalSession("c", journal)
+    asyncio.run(ours.add_items([user("one"), user("two"), user("three")]))
+    snapshot = asyncio.run(ours._get_compaction_snapshot(2))
+    assert snapshot is not None
+    assert (snapshot.items, snapshot.complete) == ([user("two"), user("three")], False)
+    asyncio.run(ours.add_items([user("four")]))
+    assert asyncio.run(snapshot.replace_suffix(0, [user("summary")])) is False
+    assert asyncio.run(ours.get_items()) == [user(w) for w in ("one", "two", "three", "four")]
+    snapshot = asyncio.run(ours._get_compaction_snapshot(2))
+    assert snapshot is not None
+    assert asyncio.run(snapshot.replace_suffix(1, [user("summary")])) is True
+    assert asyncio.run(ours.get_items()) == [user(w) for w in ("one", "two", "three", "summary")]
+    whole = asyncio.run(ours._get_compaction_snapshot(10))
+    assert whole is not None
+    assert whole.complete
+    assert asyncio.run(whole.replace_suffix(0, [user("all")])) is True
+    assert asyncio.run(ours.get_items()) == [user("all")]
+    assert [e.type for e in journal.events("c")][-2:] == ["replay.cleared", "user_message"]
+
+
+def test_a_compaction_hides_the_expired_oldest_items_in_the_same_append(journal: Journal) -> None:
+    """`prune_prefix` (the SDK's encrypted session gives it for expired items): the oldest items
+    it says are expired are hidden with the suffix, up to the first it keeps."""
+    ours = JournalSession("e", journal)
+    words = ("old 1", "old 2", "kept", "old 3", "new")
+    asyncio.run(ours.add_items([user(w) for w in words]))
+    before = journal.get_session("e").last_seq
+    snapshot = asyncio.run(
+        ours._get_compaction_snapshot(1, prune_prefix=lambda item: item["content"][:3] == "old")
+    )
+    assert snapshot is not None
+    assert asyncio.run(snapshot.replace_suffix(0, [user("summary")])) is True
+    assert asyncio.run(ours.get_items()) == [user("kept"), user("old 3"), user("summary")]
+    appended = journal.events("e", after=before)
+    assert [e.type for e in appended] == ["replay.item_removed"] * 3 + ["user_message"]
 
 
 def test_a_compaction_that_cannot_be_stored_leaves_the_session_as_it_was(journal: Journal) -> None:

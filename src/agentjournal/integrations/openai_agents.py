@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+from agents.memory.session import _CompactionSnapshot
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, UnknownToolCall
@@ -45,6 +46,7 @@ __all__ = ["JournalSession"]
 T = TypeVar("T")
 _PAGE = 200  # events read per step when reading a session backwards
 _ATTEMPTS = 100  # add/pop rounds lost to other processes' writers before giving up
+_VERBS = ("get_items", "add_items", "pop_item", "clear_session")
 
 
 class _Shared:
@@ -76,7 +78,8 @@ def _shared_for(journal: Journal, session_id: str) -> _Shared:
 class JournalSession:
     """The SDK's `agents.memory.Session` protocol over a `Journal` or an `AsyncJournal`.
 
-    `session_settings.limit` is the default `limit` of `get_items`, as in the SDK's own sessions.
+    `session_settings` (a `SessionSettings`, or a dict of its fields: checked as the SDK's own
+    sessions check it, an unknown key a `TypeError`) gives the default `limit` of `get_items`.
     `title`, `metadata`, `system_prompt` and `model` are used when the journal session is created
     (on the first call that needs it); an existing session is used as it is.
     """
@@ -88,7 +91,7 @@ class JournalSession:
         session_id: str,
         journal: Journal | AsyncJournal,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         system_prompt: str | None = None,
@@ -104,7 +107,12 @@ class JournalSession:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("session_id must be a non-empty string")
         self.session_id = session_id
-        self.session_settings = session_settings
+        # As SQLiteSession does: the Runner reads `session_settings` as a SessionSettings.
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self._fields: dict[str, Any] = {
             "title": session_id if title is None else title,
             "metadata": {"integration": "openai-agents", **(metadata or {})},
@@ -125,7 +133,7 @@ class JournalSession:
         *,
         tenant: str = "default",
         durability: Durability = "full",
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         **session_fields: Any,
     ) -> JournalSession:
         """A session over a journal of its own at `url` (a SQLite path or `postgresql://…`),
@@ -180,11 +188,47 @@ class JournalSession:
         """The SDK's hook for replacing the whole history (`OpenAIResponsesCompactionSession`
         calls it to store a compacted history): `replay.cleared` and the items in one
         `append_many`, so a crash leaves the old items or the new ones, never neither. The
-        history before stays in the journal. Without this hook the SDK clears, then adds."""
+        history before stays in the journal. Without this hook the SDK clears, then adds: it
+        does so (False here) for a subclass that changes how items are read or written."""
+        if self._verbs_changed():
+            return False
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
             raise InvalidArgument("items must be a list of Responses input items")
         await self._call(self._add_items, list(items), True)
         return True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[TResponseInputItem], bool] | None = None
+    ) -> _CompactionSnapshot | None:
+        """The SDK's hook for compacting part of the history (`OpenAIResponsesCompactionSession`
+        looks for it, as on its own SQLite and SQLAlchemy sessions): the newest `limit` items,
+        whether they are all of them, and a `replace_suffix(start, output)` that hides the items
+        from `start` on and appends `output` in one `append_many`, if the newest items are still
+        those (else it writes nothing and answers False). `prune_prefix` (the SDK's encrypted
+        session gives it) hides, in the same append, the oldest items it says have expired.
+        None, so that the SDK takes its whole-history path, for a session its own runtime wrote
+        (events that are not SDK items) and for a subclass that changes how items are read or
+        written."""
+        if self._verbs_changed():
+            return None
+        newest, complete = await self._call(self._snapshot, limit)
+        if any("item" not in event.payload for event in newest):
+            return None
+        items = _items(newest)
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = [event.seq for event in newest[start:]]
+            if not expected:
+                return False
+            return await self._call(self._replace_suffix, expected, list(output), prune_prefix)
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
+
+    def _verbs_changed(self) -> bool:
+        """Whether a subclass overrides a verb: the SDK's replacement hooks would bypass it."""
+        return any(
+            getattr(type(self), name) is not getattr(JournalSession, name) for name in _VERBS
+        )
 
     # -- the work, in a worker thread -------------------------------------------------------
 
@@ -299,6 +343,54 @@ class JournalSession:
             if self.journal.get_session(self.session_id).last_seq != last_seq:
                 return None
             raise
+
+    def _snapshot(self, limit: int) -> tuple[list[Event], bool]:
+        """The newest `limit` item events and whether they are all of the visible ones."""
+        try:
+            last_seq = self.journal.get_session(self.session_id).last_seq
+        except SessionNotFound:
+            return [], True
+        newest = self._newest(last_seq, limit + 1)
+        return newest[-limit:] if limit > 0 else [], len(newest) <= limit
+
+    def _replace_suffix(
+        self,
+        expected: list[int],
+        output: list[TResponseInputItem],
+        prune_prefix: Callable[[TResponseInputItem], bool] | None,
+    ) -> bool:
+        """Hide the newest items if they are the items at `expected` (and the expired ones
+        before them), then append `output`: one `append_many`; False, writing nothing, if the
+        newest items are no longer those."""
+        with self._shared.lock:
+            for attempt in range(_ATTEMPTS):
+                try:
+                    last_seq = self.journal.get_session(self.session_id).last_seq
+                except SessionNotFound:
+                    return False
+                # One item more tells whether any is left before the suffix; hiding an expired
+                # prefix needs them all.
+                newest = self._newest(last_seq, None if prune_prefix else len(expected) + 1)
+                if [event.seq for event in newest[-len(expected) :]] != expected:
+                    return False
+                before = newest[: -len(expected)]
+                hidden = list(expected)
+                if prune_prefix is not None:
+                    for event in before:
+                        if "item" not in event.payload or not prune_prefix(event.payload["item"]):
+                            break
+                        hidden.append(event.seq)
+                if len(hidden) == len(newest):  # everything visible goes: one clear says it
+                    removals = [NewEvent(CLEARED, {})]
+                else:
+                    removals = [NewEvent(ITEM_REMOVED, {"seq": seq}) for seq in sorted(hidden)]
+                appended = self._append([*removals, *self._events_for(output)], last_seq)
+                # What this process knew of the session no longer holds: the next write reads.
+                self._shared.known.forget()
+                if appended is not None:
+                    return True
+                _back_off(attempt)
+        raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
 
     def _pop_item(self) -> TResponseInputItem | None:
         with self._shared.lock:
