@@ -1,5 +1,5 @@
-"""The page's frame in chromium: the top bar's search box is legible in light and dark
-colours."""
+"""The page's frame in chromium: the top bar's search box is legible in light and dark colours,
+and the top bar stays in view while a session scrolls under it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Literal
 import pytest
 from browsing import Browsing
 from playwright.sync_api import Page, expect
+from scenes import long_session
 
 # WCAG's contrast ratio of an element's text colour (or its placeholder's) against its own
 # background colour, both as chromium computed them.
@@ -47,3 +48,29 @@ def test_the_search_box_text_stands_out_from_its_background(
         assert typed["ratio"] >= 4.5, (selector, typed)
         placeholder = contrast(page, selector, "::placeholder")
         assert placeholder["ratio"] >= 4.5, (selector, placeholder)
+
+
+def test_the_top_bar_stays_in_view_over_a_long_session(inspector: Browsing) -> None:
+    with inspector.journal() as journal:
+        session_id = long_session(journal, 400, title="tall")
+    page = inspector.open(session_id)
+    expect(page.locator("#live-state")).to_have_text("Live")
+    newest = page.locator("#timeline > li").last
+    expect(newest).to_contain_text("#400")
+    expect(newest).to_be_in_viewport()
+    assert page.evaluate("window.scrollY") > 2000  # opened at the bottom of a tall page
+    bar = page.locator(".topbar")
+    box = bar.bounding_box()
+    assert box is not None
+    assert box["y"] == 0, box
+    expect(bar).to_be_in_viewport()
+    # Nothing sticks under it: the time-travel bar and the sidebar start below it (to the pixel:
+    # the page's height is fractional, and the scroll position whole).
+    bottom = page.evaluate("document.querySelector('.topbar').getBoundingClientRect().bottom")
+    for below in (".travel", ".sidebar"):
+        top = page.evaluate(f"document.querySelector('{below}').getBoundingClientRect().top")
+        assert top > bottom - 1, (below, top, bottom)
+    page.locator("#search-query").click()  # not covered by anything: clickable where it is
+    expect(page.locator("#search-query")).to_be_focused()
+    page.evaluate("window.scrollBy(0, -1500)")
+    assert page.evaluate("document.querySelector('.topbar').getBoundingClientRect().top") == 0
