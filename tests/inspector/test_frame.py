@@ -1,14 +1,18 @@
 """The page's frame in chromium: the top bar's search box is legible in light and dark colours,
-and the top bar stays in view while a session scrolls under it."""
+the top bar stays in view while a session scrolls under it, and the page has an icon."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from typing import Any, Literal
 
+import httpx
 import pytest
 from browsing import Browsing
 from playwright.sync_api import Page, expect
 from scenes import long_session
+
+from server.conftest import RunningServer
 
 # WCAG's contrast ratio of an element's text colour (or its placeholder's) against its own
 # background colour, both as chromium computed them.
@@ -74,3 +78,26 @@ def test_the_top_bar_stays_in_view_over_a_long_session(inspector: Browsing) -> N
     expect(page.locator("#search-query")).to_be_focused()
     page.evaluate("window.scrollBy(0, -1500)")
     assert page.evaluate("document.querySelector('.topbar').getBoundingClientRect().top") == 0
+
+
+def test_the_page_has_an_icon(inspector: Browsing, server: RunningServer) -> None:
+    page = inspector.open()
+    icon = page.locator('head link[rel="icon"]')
+    expect(icon).to_have_attribute("type", "image/svg+xml")
+    href = icon.evaluate("link => link.href")
+    assert href == f"{server.base_url}/favicon.ico"
+    response = httpx.get(href, timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "image/svg+xml"
+    assert ET.fromstring(response.content).tag == "{http://www.w3.org/2000/svg}svg"
+    # The page may load it (its Content-Security-Policy allows it) and chromium can draw it.
+    size = page.evaluate(
+        """async (href) => {
+            const image = new Image();
+            image.src = href;
+            await image.decode();
+            return [image.naturalWidth, image.naturalHeight];
+        }""",
+        href,
+    )
+    assert size == [32, 32]
