@@ -76,6 +76,9 @@ def main(output: Path) -> None:
                 expect(page.locator("#live-state")).to_have_text("Live")
                 page.locator("details.tool-call summary").first.click()
                 expect(page.locator("pre.result").first).to_be_visible()
+                # From the top: a full-page shot of a page scrolled down would draw the sticky top
+                # bar where the view was, over the session's title.
+                page.evaluate("window.scrollTo(0, 0)")
                 output.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(output), full_page=True)
                 browser.close()

@@ -25,6 +25,8 @@ from server.conftest import RunningServer, auth, launch
 
 EXTERNAL_URL = re.compile(r"https?://|[\"'(=]\s*//[^/\s]", re.IGNORECASE)
 MODULE_IMPORT = re.compile(r"""from\s+["']\./([\w.-]+)["']""")
+SVG_NAMESPACE = 'xmlns="http://www.w3.org/2000/svg"'  # a name, never fetched
+SERVED_AT_ROOT = {"favicon.ico": "favicon.svg"}  # path: the file in static/
 KEY_STORAGE = "agentjournal.apiKey"
 
 # Keeps count of the abort listeners on each AbortSignal: window.__abortListeners() is the most
@@ -139,14 +141,15 @@ def test_the_page_and_its_files_are_served_with_no_external_url(server: RunningS
         linked = re.findall(r"""(?:src|href)=["']([^"'#]+)["']""", page.text)
         preloaded = re.findall(r'rel="modulepreload" href="([^"]+)"', page.text)
         loaded = sorted(set(linked) - set(preloaded))
-        assert loaded == ["inspector/inspector.css", "inspector/inspector.js"], linked
+        assert loaded == ["favicon.ico", "inspector/inspector.css", "inspector/inspector.js"]
         texts = {"index.html": page.text}
         queue = list(linked)
         while queue:
             path = queue.pop()
             response = http.get(f"/{path}")
             assert response.status_code == 200, path
-            texts[path.removeprefix("inspector/")] = response.text
+            shipped_as = SERVED_AT_ROOT.get(path, path.removeprefix("inspector/"))
+            texts[shipped_as] = response.text.replace(SVG_NAMESPACE, "")
             imported = [f"inspector/{name}" for name in MODULE_IMPORT.findall(response.text)]
             queue += [p for p in imported if p.removeprefix("inspector/") not in texts]
         for name, text in texts.items():

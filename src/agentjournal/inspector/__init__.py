@@ -17,18 +17,23 @@ from fastapi.responses import Response
 
 __all__ = ["router"]
 
-PAGE = "index.html"
 PREFIX = "/inspector/"
+# Files served at the root rather than under PREFIX: the page, and its icon where browsers (and
+# anything else shown this service in a browser, such as /docs) look for one. An SVG under the
+# .ico name: the page's <link rel="icon"> says its type, and browsers read an icon by its content.
+_AT_ROOT = {"index.html": "/", "favicon.svg": "/favicon.ico"}
 _MEDIA_TYPES = {
     "html": "text/html; charset=utf-8",
     "js": "text/javascript; charset=utf-8",
     "css": "text/css; charset=utf-8",
+    "svg": "image/svg+xml",
 }
 # The page shows what agents and users wrote: only its own files may run or style it, and it
 # may talk to nothing but this service.
 _HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
@@ -38,7 +43,8 @@ _HEADERS = {
 
 
 def router() -> APIRouter:
-    """GET `/` (the page) and GET `/inspector/<file>` for each other file in `static/`.
+    """GET `/` (the page), GET `/favicon.ico` (its icon) and GET `/inspector/<file>` for each
+    other file in `static/`.
 
     One fixed path per file rather than a static mount or a `{name}` parameter: each is a plain
     GET route without path parameters, which the tests that enumerate the app's routes (the
@@ -48,7 +54,7 @@ def router() -> APIRouter:
         suffix = entry.name.rpartition(".")[2]
         if not entry.is_file() or suffix not in _MEDIA_TYPES:
             continue
-        path = "/" if entry.name == PAGE else PREFIX + entry.name
+        path = _AT_ROOT.get(entry.name, PREFIX + entry.name)
         found.add_api_route(
             path,
             _endpoint(entry.read_bytes(), _MEDIA_TYPES[suffix]),

@@ -1,6 +1,8 @@
 // DOM helpers. Every piece of data enters the document as text (text nodes, textContent,
 // attribute values): nothing here parses HTML, so what an agent wrote cannot become markup.
 
+import { prettyJson } from "./json.js";
+
 /** Creates an element; string children become text nodes, never markup. */
 export function h(tag, props = {}, ...children) {
   const el = document.createElement(tag);
@@ -106,15 +108,15 @@ export function time(ms) {
   );
 }
 
-/** JSON text pretty-printed when it parses; otherwise the text as it is. */
+/** JSON text pretty-printed (numbers as written) when it parses; otherwise the text as it is. */
 export function pretty(text) {
   if (typeof text !== "string") return JSON.stringify(text, null, 2);
   const trimmed = text.trim();
   if (trimmed.startsWith("{") || trimmed.startsWith("[")) {
     try {
-      return JSON.stringify(JSON.parse(trimmed), null, 2);
+      return prettyJson(trimmed);
     } catch {
-      // not JSON after all
+      // not JSON after all (or nested too deep to print)
     }
   }
   return text;
