@@ -138,15 +138,15 @@ def _with_ports(source: str, ports: dict[str, str]) -> str:
 def _environment(home: Path, bin_dir: Path) -> dict[str, str]:
     """A clean environment: no proxies, keys or AGENTJOURNAL_* settings of the machine's."""
     real_curl = shutil.which("curl")
-    assert real_curl, "the shell snippets need curl"
-    curl = bin_dir / "curl"
-    curl.write_text(
-        "#!/bin/sh\n"
-        "# Only this machine: every connection goes to 127.0.0.1, whatever the URL's host.\n"
-        f"exec {real_curl} --fail-with-body --noproxy '*' --connect-to ::127.0.0.1: \"$@\"\n",
-        encoding="utf-8",
-    )
-    curl.chmod(0o755)
+    if real_curl:  # without it, a block that calls curl fails as it would for a reader
+        curl = bin_dir / "curl"
+        curl.write_text(
+            "#!/bin/sh\n"
+            "# Only this machine: every connection goes to 127.0.0.1, whatever the URL's host.\n"
+            f"exec {real_curl} --fail-with-body --noproxy '*' --connect-to ::127.0.0.1: \"$@\"\n",
+            encoding="utf-8",
+        )
+        curl.chmod(0o755)
     venv_bin = Path(sys.executable).parent
     return {
         "PATH": os.pathsep.join([str(bin_dir), str(venv_bin), os.environ.get("PATH", "")]),
@@ -276,13 +276,16 @@ def run_page(page: Path, workdir: Path) -> list[Block]:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_page_runs(page: Path, tmp_path: Path) -> None:
-    ran = run_page(page, tmp_path)
     runnable = [
         block
         for block in _page_blocks(page)
         if block.lang not in NOT_RUN and block.marker != "skip"
     ]
-    assert ran == runnable
+    if shutil.which("curl") is None and any("curl " in block.source for block in runnable):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{page.name}'s examples call curl, which is missing")
+        pytest.skip(f"{page.name}'s examples call curl, which is missing")
+    assert run_page(page, tmp_path) == runnable
 
 
 def test_every_block_is_run_or_known() -> None:
