@@ -8,10 +8,13 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
+	@echo "Setting up $(VENV): installing agentjournal and its dev tools with pip."
+	@echo "The first time takes a minute or two, without output until it is done."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+	@echo "$(VENV) is ready."
 
 demo: $(STAMP)
 	$(BIN)/agentjournal demo

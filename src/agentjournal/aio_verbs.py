@@ -266,16 +266,21 @@ class AsyncVerbs:
         journal is scoped to)."""
         return await self._run(self.journal.tenants)
 
-    async def verify(self, *, rebuild: bool = False) -> VerifyReport:
+    async def verify(
+        self, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
         """Rebuild every projection of this tenant from the journal with the pure fold, compare
-        with what is stored, and report each difference; `rebuild=True` also repairs them."""
-        return await self._run(self.journal.verify, rebuild=rebuild)
+        with what is stored, and report each difference; `rebuild=True` also repairs them.
+        `progress(done, total)` is called before each session and at the end with how many of
+        the tenant's sessions have been checked and how many there are."""
+        return await self._run(self.journal.verify, rebuild=rebuild, progress=progress)
 
-    async def reindex_search(self) -> int:
+    async def reindex_search(self, *, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the full-text search index of the whole database (every tenant) from the
         journal: for a database whose `verify()` reports index differences. Returns the number
-        of events read. Searches meanwhile see a partial index."""
-        return await self._run(self.journal.reindex_search)
+        of events read; `progress` gets that number so far after each batch. Searches
+        meanwhile see a partial index."""
+        return await self._run(self.journal.reindex_search, progress=progress)
 
     async def create_task(
         self,

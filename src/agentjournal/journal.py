@@ -549,13 +549,20 @@ class Journal(TaskVerbs):
 
     # -- verify -----------------------------------------------------------------------------
 
-    def verify(self, *, rebuild: bool = False) -> VerifyReport:
+    def verify(
+        self, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
         """Rebuild every projection of this tenant from the journal with the pure fold, compare
-        with what is stored, and report each difference; `rebuild=True` also repairs them."""
+        with what is stored, and report each difference; `rebuild=True` also repairs them.
+        `progress(done, total)` is called before each session and at the end with how many of
+        the tenant's sessions have been checked and how many there are."""
         report = VerifyReport(integrity=self.storage.integrity_errors())
         searchable = True
         search_differences = False
-        for session_id in self.storage.session_ids(self.tenant):
+        session_ids = self.storage.session_ids(self.tenant)
+        for done, session_id in enumerate(session_ids):
+            if progress is not None:
+                progress(done, len(session_ids))
             events = self.storage.events(self.tenant, session_id)
             stored = self.storage.session(self.tenant, session_id)
             if stored is None:  # purged while we looked
@@ -584,16 +591,19 @@ class Journal(TaskVerbs):
                 missing = verify.compare_search_index(session_id, events, *indexed)
                 report.differences += missing
                 search_differences = search_differences or bool(missing)
+        if progress is not None:
+            progress(len(session_ids), len(session_ids))
         if search_differences and rebuild:
             self.storage.reindex()
             report.rebuilt.append("search_index")
         return report
 
-    def reindex_search(self) -> int:
+    def reindex_search(self, *, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the full-text search index of the whole database (every tenant) from the
         journal: for a database whose `verify()` reports index differences. Returns the number
-        of events read. Searches meanwhile see a partial index."""
-        return self.storage.reindex()
+        of events read; `progress` gets that number so far after each batch. Searches
+        meanwhile see a partial index."""
+        return self.storage.reindex(progress)
 
     def _rewrite(self, expected: projection.Projection) -> None:
         self.storage.write(lambda tx: tx.replace_projection(self.tenant, expected))

@@ -4,9 +4,12 @@ real files, exit codes, and what ends up on disk."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +91,81 @@ def test_verify_exit_codes_clean_differences_rebuilt_and_could_not(tmp_path: Pat
     assert missing.returncode == 2
     assert "no database" in missing.stderr
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_verify_shows_progress_on_stderr_when_asked_never_on_stdout(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    seeded(db)
+    table = aj("verify", "--db", str(db), "--progress")
+    assert table.returncode == 0, table.stderr
+    assert "verifying tenant default" in table.stderr
+    assert "2/2 sessions" in table.stderr
+    assert "1/1 sessions" in table.stderr  # acme's
+    assert "verifying" not in table.stdout
+    both = aj("verify", "--db", str(db), "--json", "--progress")
+    assert "2/2 sessions" in both.stderr
+    assert json.loads(both.stdout)["ok"] is True  # one document, untouched
+    # Not a terminal, not asked: nothing but the result.
+    quiet = aj("verify", "--db", str(db), "--json")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    assert json.loads(quiet.stdout)["ok"] is True
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE messages SET tokens = 987654 WHERE seq = 2")
+    rebuilt = aj("verify", "--db", str(db), "--rebuild", "--progress")
+    assert rebuilt.returncode == 0, rebuilt.stdout
+    assert "checking tenant default again" in rebuilt.stderr
+
+
+def with_stderr_on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """Run the CLI with a pseudo-terminal as stderr and a pipe as stdout, as `verify | less`
+    runs: (exit code, stdout, what the terminal got)."""
+    controller, terminal = pty.openpty()
+    received: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every copy of the terminal side is closed
+                return
+            if not chunk:
+                return
+            received.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "agentjournal.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=terminal,
+                text=True,
+            )
+        finally:
+            os.close(terminal)  # the child has its own copy
+        out, _ = child.communicate(timeout=120)
+        reader.join(timeout=120)
+    finally:
+        os.close(controller)
+    return child.returncode, out, b"".join(received).decode(errors="replace")
+
+
+def test_verify_shows_progress_by_itself_only_when_stderr_is_a_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    seeded(db)
+    code, out, terminal = with_stderr_on_a_terminal("verify", "--db", str(db))
+    assert code == 0, terminal
+    assert "verifying tenant default" in terminal
+    assert "verifying" not in out
+    assert "default" in out  # the table
+    code, out, terminal = with_stderr_on_a_terminal("verify", "--db", str(db), "--json")
+    assert (code, terminal) == (0, "")
+    assert json.loads(out)["ok"] is True
+    code, out, terminal = with_stderr_on_a_terminal("verify", "--db", str(db), "--no-progress")
+    assert (code, terminal) == (0, "")
 
 
 def test_backup_while_another_process_appends_restores_to_a_copy_that_verifies(

@@ -54,5 +54,10 @@ def test_rebuild_indexes_a_database_from_before_search(db_path: Path) -> None:
     rebuilt = aj("search", "--rebuild", "--db", str(db_path))
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "rebuilt from 2 events" in rebuilt.stdout
+    assert rebuilt.stderr == ""  # no terminal, no --progress
+    shown = aj("search", "--rebuild", "--progress", "--json", "--db", str(db_path))
+    assert json.loads(shown.stdout) == {"events_indexed": 2}
+    assert "rebuilding the search index" in shown.stderr
+    assert "2 events" in shown.stderr
     assert aj("verify", "--db", str(db_path)).returncode == 0
     assert sid in aj("search", "capybara", "--db", str(db_path)).stdout

@@ -324,6 +324,59 @@ def test_show_reads_part_of_a_long_session_with_last_before_and_around(seeded: S
     assert "not both" in refused.output
 
 
+def test_show_opens_a_long_session_at_its_newest_page_and_says_how_to_see_more(
+    journal_url: str,
+) -> None:
+    with Journal.open(journal_url) as journal:
+        sid = journal.create_session("Long chat").session_id
+        journal.append_many(
+            sid, [{"type": "user_message", "payload": {"content": f"m{n}"}} for n in range(2, 121)]
+        )
+    db = ("--db", journal_url)
+
+    def seqs(*args: str) -> list[int]:
+        shown = json.loads(ok("show", sid, "--json", *args, *db).stdout)
+        return [e["seq"] for e in shown["events"]]
+
+    text = ok("show", sid, *db)
+    starts = [line.split()[0] for line in text.stdout.splitlines() if line.lstrip()[:1] == "#"]
+    assert starts == [f"#{seq}" for seq in range(71, 121)]
+    assert "showing events #71-#120 of 120" in text.stdout
+    assert text.stderr.splitlines() == [
+        "showing the newest 50 of 120 events; for more: --last N, --before 71, --after SEQ,"
+        " or --all"
+    ]
+    paged = ok("show", sid, "--json", *db)
+    assert [e["seq"] for e in json.loads(paged.stdout)["events"]] == list(range(71, 121))
+    assert "--all" in paged.stderr  # the hint never enters the document on stdout
+
+    everything = ok("show", sid, "--all", *db)
+    assert everything.stderr == ""
+    assert "m2" in everything.stdout
+    assert "119 messages" in everything.stdout  # the whole session was read (seq 2-120)
+    assert seqs("--all") == list(range(1, 121))
+    assert seqs("--after", "100") == list(range(101, 121))
+    assert seqs("--after", "10", "--last", "5") == [11, 12, 13, 14, 15]
+    assert seqs("--after", "0", "--last", "2") == [1, 2]
+    assert seqs("--before", "71", "--last", "3") == [68, 69, 70]
+    assert ok("show", sid, "--last", "5", *db).stderr == ""  # asked for a window: no hint
+
+    for wrong in (["--all", "--last", "5"], ["--all", "--after", "3"]):
+        refused = run("show", sid, *wrong, *db)
+        assert refused.exit_code == 2, wrong
+        assert "--all shows every event" in refused.stderr
+        assert refused.stdout == ""
+    both = run("show", sid, "--after", "5", "--before", "9", *db)
+    assert both.exit_code == 2
+    assert "give --before or --after, not both" in both.stderr
+
+
+def test_show_prints_a_short_session_whole_without_a_hint(seeded: Seeded) -> None:
+    shown = ok("show", seeded.chat, "--db", seeded.url)
+    assert shown.stderr == ""
+    assert "showing" not in shown.stdout
+
+
 def test_show_marks_corrections_compactions_and_session_updates(seeded_file: Seeded) -> None:
     sid = seeded_file.chat
     with Journal.open(seeded_file.url) as journal:

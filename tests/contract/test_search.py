@@ -253,3 +253,13 @@ def test_verify_reports_index_rows_of_events_that_do_not_exist(
         )
     assert found(journal, "okapi") == [(sid, 2)]  # a hit needs its event
     assert journal.verify().integrity == ["search index: 1 rows of events that do not exist"]
+
+
+def test_reindex_search_reports_the_events_read_so_far(journal: Journal) -> None:
+    sid = journal.create_session("reindexed").session_id
+    journal.append_many(sid, [msg("user_message", f"pangolin {n}") for n in range(5)])
+    journal.for_tenant("b").create_session("another tenant's, reindexed too")
+    counts: list[int] = []
+    assert journal.reindex_search(progress=counts.append) == 1 + 5 + 1
+    assert counts == [7]  # one batch holds them all
+    assert [hit.seq for hit in journal.search("pangolin", limit=10).hits] == [6, 5, 4, 3, 2]

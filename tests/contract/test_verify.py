@@ -129,3 +129,13 @@ def test_verify_finds_a_missing_and_an_extra_task_row(journal: Journal, raw: Raw
     journal.verify(rebuild=True)
     assert journal.get_task(task.task_id) == claimed
     assert journal.verify().ok
+
+
+def test_verify_reports_its_progress_session_by_session(journal: Journal) -> None:
+    for title in ("one", "two", "three"):
+        journal.create_session(title)
+    journal.for_tenant("b").create_session("not this tenant's")
+    calls: list[tuple[int, int]] = []
+    report = journal.verify(progress=lambda done, total: calls.append((done, total)))
+    assert report.ok
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]

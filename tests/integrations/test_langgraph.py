@@ -596,7 +596,7 @@ def test_the_cli_shows_a_thread_as_a_chat_with_one_line_per_checkpoint_event(
             for e in saver.journal.events("user-42", limit=1000)
             if e.type == LANGGRAPH_BLOB and e.payload["channel"] == "messages"
         )
-    done = CliRunner().invoke(app, ["show", "user-42", "--db", path])
+    done = CliRunner().invoke(app, ["show", "user-42", "--all", "--db", path])  # 64 events
     assert done.exit_code == 0, done.output
     assert "帮我查一下订单数量" in done.output
     assert "query_order_count {}  [call_1]" in done.output

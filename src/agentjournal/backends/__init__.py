@@ -228,8 +228,9 @@ class Storage(Protocol):
         """The session's event ids the search index holds, and the event_id up to which every
         searchable event must be in it (verify)."""
 
-    def reindex(self) -> int:
-        """Rebuild the search index from the journal; the number of events read."""
+    def reindex(self, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild the search index from the journal; the number of events read (`progress`
+        gets it so far after each batch)."""
 
     def api_key(self, key_id: str) -> ApiKeyRow | None: ...
 

@@ -780,7 +780,7 @@ class PostgresStorage:
         )
         return {int(row[0]) for row in rows}, 2**62  # written with the append: always complete
 
-    def reindex(self) -> int:
+    def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the search index, a page of events per transaction; events appended
         meanwhile are indexed by their own appends."""
         self.write(lambda tx: _postgres_tx(tx)._run("DELETE FROM search_index"))
@@ -803,6 +803,8 @@ class PostgresStorage:
             self.write(index)
             total += len(rows)
             after = events[-1][1].event_id
+            if progress is not None:
+                progress(total)
 
     def integrity_errors(self) -> list[str]:
         """PostgreSQL checks its constraints on every write; what can still be wrong is a

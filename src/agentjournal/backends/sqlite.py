@@ -540,8 +540,11 @@ class SQLiteStorage:
             )
         return self._search
 
-    def index_pending(self, chunk: int = 4096) -> int:
-        """Bring the search index up to the newest committed event; how many events were read."""
+    def index_pending(
+        self, chunk: int = 4096, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Bring the search index up to the newest committed event; how many events were read
+        (`progress` gets it so far after each chunk)."""
         search = self._searchable()
         total = 0
         while True:
@@ -553,6 +556,8 @@ class SQLiteStorage:
             if gathered is None:
                 return total
             total += self._store_gathered(search, gathered)
+            if progress is not None:
+                progress(total)
 
     def _store_gathered(self, search: SearchIndex, gathered: Gathered) -> int:
         """`search.apply` in a write transaction of its own (as `write`, without following)."""
@@ -562,12 +567,12 @@ class SQLiteStorage:
             raise StorageError(f"write failed: {exc}") from exc
         return result
 
-    def reindex(self) -> int:
+    def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the search index from the journal (a database older than the index, or one
         whose check found differences); the number of events read."""
         self._searchable()
         self.write(lambda tx: _sqlite_tx(tx).clear_search_index())
-        return self.index_pending()
+        return self.index_pending(progress=progress)
 
     def search(
         self,

@@ -1,8 +1,9 @@
 """The `agentjournal` command: one module per group of commands, all thin over the library.
 
 `service` (demo, serve, keys), `sessions` (sessions, show, replay, tail, compact, purge),
-`data` (migrate, verify, backup, restore, export, import), `search` and `bench`; `common` holds the
-options and the exit codes they share, `render` how sessions, events and tasks are printed.
+`write` (create, append), `data` (migrate, verify, backup, restore, export, import), `search` and
+`bench`; `common` holds the options and the exit codes they share, `render` how sessions, events
+and tasks are printed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from agentjournal.cli import (  # noqa: F401  (they register commands)
     search,
     service,
     sessions,
+    write,
 )
 from agentjournal.cli.app import app
 

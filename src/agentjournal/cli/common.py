@@ -1,5 +1,6 @@
-"""What every command shares: the `--db`, `--tenant` and `--json` options, opening the journal,
-and exit codes a script can trust (0 done, 1 problems found or nothing matched, 2 could not run).
+"""What every command shares: the `--db`, `--tenant`, `--json` and `--progress` options, opening
+the journal, progress on stderr, and exit codes a script can trust (0 done, 1 problems found or
+nothing matched, 2 could not run).
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from typing import Annotated, Any, Final, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from agentjournal.errors import JournalError
 from agentjournal.journal import Journal
@@ -24,6 +33,7 @@ __all__ = [
     "EXIT_PROBLEMS",
     "DbOption",
     "JsonOption",
+    "ProgressOption",
     "TenantOption",
     "console",
     "errors",
@@ -31,7 +41,9 @@ __all__ = [
     "local_time",
     "opened",
     "print_json",
+    "progress",
     "require_extra",
+    "wants_progress",
 ]
 
 EXIT_OK: Final = 0
@@ -51,6 +63,14 @@ TenantOption = Annotated[
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON (one document, or one per line) for scripts.")
+]
+ProgressOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Show progress on stderr (default: when stderr is a terminal, without --json).",
+        show_default=False,
+    ),
 ]
 
 console = Console(highlight=False)
@@ -116,6 +136,31 @@ def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterato
         fail(f"{type(exc).__name__}: {exc}")
     finally:
         journal.close()
+
+
+def wants_progress(asked: bool | None, as_json: bool) -> bool:
+    """`--progress` or `--no-progress` if given; otherwise only for a person at a terminal, and
+    not beside `--json`, which a script reads."""
+    if asked is not None:
+        return asked
+    return not as_json and errors.is_terminal
+
+
+def progress(show: bool, *count: ProgressColumn) -> Progress:
+    """A progress display on stderr (nothing at all unless `show`): a spinner, each task's
+    description, a bar, the `count` columns and the time elapsed. Use it as `with`."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        *count,
+        TimeElapsedColumn(),
+        console=errors,
+        disable=not show,
+        # Only the display goes to stderr: what a command prints meanwhile keeps its stream.
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
 
 
 def print_json(value: Any) -> None:

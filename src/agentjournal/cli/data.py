@@ -13,14 +13,7 @@ from typing import IO, TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import DownloadColumn, MofNCompleteColumn, TextColumn
 from rich.table import Table
 
 from agentjournal.cli.app import app
@@ -28,12 +21,15 @@ from agentjournal.cli.common import (
     EXIT_PROBLEMS,
     DbOption,
     JsonOption,
+    ProgressOption,
     TenantOption,
     console,
     errors,
     fail,
     opened,
     print_json,
+    progress,
+    wants_progress,
 )
 from agentjournal.errors import JournalError
 from agentjournal.journal import Journal
@@ -57,23 +53,37 @@ def verify(
         bool, typer.Option(help="Rewrite the projections that differ from the journal's fold.")
     ] = False,
     as_json: JsonOption = False,
+    show_progress: ProgressOption = None,
 ) -> None:
     """Check every projection against the fold of the journal, and the database's integrity.
 
     Exit 0: clean (or, with --rebuild, everything found was repaired); 1: differences, journal
-    errors or integrity problems remain; 2: could not check.
+    errors or integrity problems remain; 2: could not check. Progress, session by session,
+    goes to stderr.
 
     Example: agentjournal verify --db agent.db --rebuild
     """
     reports: dict[str, VerifyReport] = {}
     remaining = False
-    with opened(db) as journal:
+    count = (MofNCompleteColumn(), TextColumn("sessions"))
+    with opened(db) as journal, progress(wants_progress(show_progress, as_json), *count) as shown:
+
+        def check(description: str, scoped: Journal, repair: bool = False) -> VerifyReport:
+            task = shown.add_task(description, total=None)
+            return scoped.verify(
+                rebuild=repair,
+                progress=lambda done, total: shown.update(task, completed=done, total=total),
+            )
+
         tenants = [tenant] if tenant is not None else journal.tenants() or ["default"]
         for name in tenants:
             scoped = journal.for_tenant(name)
-            reports[name] = scoped.verify(rebuild=rebuild)
+            reports[name] = check(f"verifying tenant {escape(name)}", scoped, rebuild)
             # After a rebuild, what is left is what a second pass still finds.
-            after = scoped.verify() if rebuild and not reports[name].ok else reports[name]
+            if rebuild and not reports[name].ok:
+                after = check(f"checking tenant {escape(name)} again", scoped)
+            else:
+                after = reports[name]
             remaining = remaining or not after.ok
     if as_json:
         print_json({"ok": not remaining, "tenants": {t: r.to_dict() for t, r in reports.items()}})
@@ -223,14 +233,10 @@ def _progress(
     description: str, *, total: int | None, in_bytes: bool, quiet: bool
 ) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr; yields `update(completed)`."""
-    if quiet:
-        yield lambda completed: None
-        return
     count = DownloadColumn() if in_bytes else TextColumn("{task.completed:,} events")
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), count)
-    with Progress(*columns, TimeElapsedColumn(), console=errors) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda completed: progress.update(task, completed=completed)
+    with progress(not quiet, count) as display:
+        task = display.add_task(description, total=total)
+        yield lambda completed: display.update(task, completed=completed)
 
 
 @app.command("export")

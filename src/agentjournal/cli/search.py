@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
+from rich.progress import TextColumn
 from rich.text import Text
 
 from agentjournal.cli.app import app
@@ -12,12 +13,15 @@ from agentjournal.cli.common import (
     EXIT_PROBLEMS,
     DbOption,
     JsonOption,
+    ProgressOption,
     TenantOption,
     console,
     fail,
     local_time,
     opened,
     print_json,
+    progress,
+    wants_progress,
 )
 from agentjournal.search import SearchHit
 
@@ -50,19 +54,30 @@ def search(
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
     as_json: JsonOption = False,
+    show_progress: ProgressOption = None,
 ) -> None:
     """Find events whose text holds every word of QUERY, in every session of the tenant, best
     first; exit 1 if none matched.
 
-    --json prints one object: {"hits": [...], "next_cursor": ...}.
+    --json prints one object: {"hits": [...], "next_cursor": ...}; --rebuild without a QUERY
+    prints {"events_indexed": N}. The rebuild's progress goes to stderr.
 
     Example: agentjournal search --db agent.db "order 1234" --type tool_result
     """
     with opened(db, tenant) as journal:
         if rebuild:
-            count = journal.reindex_search()
+            count_column = TextColumn("{task.completed:,} events")
+            with progress(wants_progress(show_progress, as_json), count_column) as shown:
+                task = shown.add_task("rebuilding the search index", total=None)
+                count = journal.reindex_search(
+                    progress=lambda read: shown.update(task, completed=read)
+                )
+                shown.update(task, completed=count, total=count)
             if query is None:
-                typer.echo(f"search index rebuilt from {count} events")
+                if as_json:
+                    print_json({"events_indexed": count})
+                else:
+                    typer.echo(f"search index rebuilt from {count:,} events")
                 return
         if query is None:
             fail("give a QUERY to search for (or --rebuild)")

@@ -109,7 +109,8 @@ def _matching_sessions(
 # -- show -------------------------------------------------------------------------------------
 
 
-_WINDOW = 100  # events shown by --before and --around without --last
+_WINDOW = 100  # events shown by --before, --around and --after without --last
+_PAGE = 50  # events shown with no option: the newest, where a chat opens
 
 
 @app.command()
@@ -121,7 +122,7 @@ def show(
             min=1,
             max=MAX_PAGE,
             help="Only the newest N events (with --before, the N before that seq; with "
-            "--around, N events around that seq).",
+            "--after, the N after it; with --around, N events around it).",
             show_default=False,
         ),
     ] = None,
@@ -129,38 +130,66 @@ def show(
         int | None,
         typer.Option(min=1, help="Events below this seq (100, or --last).", show_default=False),
     ] = None,
+    after: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="Events above this seq, oldest first (100, or --last).", show_default=False
+        ),
+    ] = None,
     around: Annotated[
         int | None,
         typer.Option(min=1, help="Events around this seq (100, or --last).", show_default=False),
     ] = None,
+    all_events: Annotated[
+        bool, typer.Option("--all", help="Every event, however long the session.")
+    ] = False,
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
     as_json: JsonOption = False,
 ) -> None:
     """Show a session as a chat: messages, tool calls under their turn, then its tasks.
 
-    A long session is read in part with --last, --before and --around: each reads only the
-    events it shows. --json prints {session, events, tool_calls, tasks}.
+    Without an option it shows the newest 50 events, and says on stderr how to see more when
+    there are more. A long session is read in part with --last, --before, --after and --around:
+    each reads only the events it shows; --all reads them all. --json prints {session, events,
+    tool_calls, tasks} for the same events.
 
     Example: agentjournal show sess_abc123 --last 50 --db agent.db
     """
-    if around is not None and before is not None:
-        fail("give --around or --before, not both")
-    windowed = last is not None or before is not None or around is not None
+    given = (("--before", before), ("--after", after), ("--around", around))
+    cursors = [name for name, value in given if value is not None]
+    if len(cursors) > 1:
+        fail(f"give {' or '.join(cursors)}, not both")
+    if all_events and (cursors or last is not None):
+        fail("--all shows every event: give it without --last, --before, --after or --around")
     with opened(db, tenant) as journal:
         session = journal.get_session(session_id)
+        paged = False
         if around is not None:
             events = journal.events(session_id, around=around, limit=last or _WINDOW)
-        elif windowed:
+        elif after is not None:
+            events = journal.events(session_id, after=after, limit=last or _WINDOW)
+        elif before is not None or last is not None:
             events = journal.events(session_id, before=before, last=last or _WINDOW)
+        elif not all_events and session.last_seq > _PAGE:
+            events = journal.events(session_id, last=_PAGE)
+            paged = True
         else:
             events = list(_all_events(journal, session_id, 0))
+        windowed = paged or cursors != [] or last is not None
         if windowed:
             call_ids = {e.payload["call_id"] for e in events if e.type in _CALL_EVENTS}
             calls = journal.tool_calls(session_id, call_ids=call_ids) if call_ids else []
         else:
             calls = journal.tool_calls(session_id)
         tasks = _all_tasks(journal, session_id)
+    if paged and events:
+        # On stderr: for the person reading; a script's stdout stays the document.
+        typer.echo(
+            f"showing the newest {len(events)} of {session.last_seq:,} events; for more:"
+            f" --last N, --before {events[0].seq}, --after SEQ, or --all",
+            err=True,
+        )
     if as_json:
         print_json(
             {
