@@ -116,7 +116,15 @@ ALLOWED: dict[str, set[str]] = {
         "read_verbs",
         "tasks",
     },
-    "backends.urls": {"backends", "backends.postgres", "backends.sqlite", "errors"},
+    "backends.urls": {
+        "backends",
+        "backends.postgres",
+        "backends.shared",
+        "backends.sqlite",
+        "errors",
+    },
+    # One storage per SQLite file and process: knows the protocol, no backend.
+    "backends.shared": {"backends"},
     "backends.peek": {"backends.postgres", "backends.urls", "errors"},
     "backup": {"backends", "backends.sqlite_backup", "backends.urls", "errors"},
     "live": {"events"},
