@@ -22,7 +22,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from agentjournal import Journal
-from postgres_fixtures import ADMIN_URL, fresh_schema, url_for
+from postgres_fixtures import ADMIN_URL, fresh_schema, owner_url_for, url_for
 
 Running = Any  # conftest's RunningServer (fixtures only)
 CLI_TIMEOUT = 60.0
@@ -127,8 +127,9 @@ def test_without_keys_serve_refuses_a_non_loopback_host(tmp_path: Path, host: st
 
 
 def test_without_keys_serve_refuses_before_touching_a_postgresql_database() -> None:
-    with fresh_schema("refused") as schema:
-        result = cli("serve", "--db", url_for(schema), "--host", "0.0.0.0", "--port", "1")
+    # As the owner, who could create and migrate the schema: the refusal must come first.
+    with fresh_schema("refused", migrated=False) as schema:
+        result = cli("serve", "--db", owner_url_for(schema), "--host", "0.0.0.0", "--port", "1")
         assert result.returncode == 2, result.stdout + result.stderr
         assert "refusing to bind 0.0.0.0" in result.stderr
         # Refused first: no schema created, no migration run.
