@@ -203,6 +203,11 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
+    "mcp": {"aio", "mcp.resources", "mcp.tools"},
+    "mcp.tools": {"aio", "errors", "events", "projection"},
+    "mcp.resources": {"aio", "errors", "mcp.tools"},
+    "mcp.transports": {"aio", "mcp"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {
@@ -327,6 +332,7 @@ def test_the_server_reaches_the_journal_only_through_its_faces() -> None:
         "projection",
         "runtime",
         "search",  # the hit and page types `Journal.search` returns
+        "mcp",  # /mcp: the MCP server, mounted behind the service's keys
         "server",
         "inspector",
     }
@@ -416,7 +422,7 @@ def test_importing_agentjournal_imports_no_framework() -> None:
     code = (
         "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " & {'langgraph', 'langchain_core', 'agents', 'openai'}))"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 from agentjournal.cli import (  # noqa: F401  (they register commands)
     bench,
     data,
+    mcp_server,
     search,
     service,
     sessions,

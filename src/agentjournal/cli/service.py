@@ -19,6 +19,7 @@ from agentjournal.cli.common import (
     print_json,
     require_extra,
 )
+from agentjournal.cli.mcp_server import mcp_mode
 from agentjournal.errors import InvalidArgument, JournalError
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ def serve(
             " a valid key like every route."
         ),
     ] = False,
+    mcp: Annotated[
+        str, typer.Option(help="MCP at /mcp (docs/mcp.md): read, write or off.")
+    ] = "read",
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -117,6 +121,7 @@ def serve(
         agent=hosted,
         task_lease_seconds=task_lease,
         metrics_public=metrics_public,
+        mcp=mcp_mode(mcp),
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentjournal import inspector
@@ -340,12 +341,14 @@ def create_app(
     agent: Agent | None = None,
     task_lease_seconds: float = 10.0,
     metrics_public: bool = False,
+    mcp: Literal["read", "write"] | None = None,
 ) -> FastAPI:
     """The ASGI app over `journal`'s database. With `require_keys` None, keys are required as
     soon as one active key exists; otherwise every request is tenant 'default'. With an `agent`,
     `/turns` runs it, and start-up finishes the turns a crash cut before the first request.
     `/metrics` counts every tenant's requests, so it asks for a key like any route, unless
-    `metrics_public` (for a scraper on a network the operator trusts)."""
+    `metrics_public` (for a scraper on a network the operator trusts). With `mcp`, `/mcp` serves
+    the MCP server (the `mcp` extra), read-only or (`"write"`) with its writing tools."""
     keys = journal.keys
     service = Service(
         journal=AsyncJournal(journal),
@@ -357,6 +360,12 @@ def create_app(
         ),
     )
 
+    mcp_route = None
+    if mcp is not None:
+        from agentjournal.server.mcp_route import McpRoute
+
+        mcp_route = McpRoute(service, allow_writes=mcp == "write")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # uvicorn binds its socket only after this start-up part returns.
@@ -365,7 +374,11 @@ def create_app(
             await asyncio.to_thread(journal.recover, all_tenants=True)
         else:
             await asyncio.to_thread(host.start)
-        yield
+        if mcp_route is None:
+            yield
+        else:
+            async with mcp_route.endpoint.lifespan():
+                yield
         if host is not None:
             await asyncio.to_thread(host.stop)
         await service.journal.close()
@@ -383,6 +396,11 @@ def create_app(
     app.include_router(turn_routes.router)
     app.include_router(search_routes.router)
     app.include_router(inspector.router())
+    if mcp_route is not None:
+        # An ASGI app as the endpoint: Starlette passes it the request as it came.
+        app.router.routes.append(
+            Route("/mcp", mcp_route, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        )
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Health:
