@@ -411,7 +411,10 @@ def create_app(
     @app.get(
         "/metrics",
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus"}},
+        responses={
+            200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus"},
+            **{code: ERROR_RESPONSES[code] for code in (401, 403, 429)},
+        },
         tags=["operations"],
     )
     async def metrics(
