@@ -4,6 +4,7 @@ PostgreSQL driver."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -15,6 +16,9 @@ __all__ = ["Durability", "migrate_storage", "open_storage", "sqlite_file"]
 
 Durability = Literal["full", "normal"]
 
+# Something that reads as a URL, `scheme://`: a path never starts so (a Windows drive is `C:\`).
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
 
 def sqlite_file(url: str | Path) -> Path | None:
     """The SQLite file `url` names (a path or `sqlite:///path`); None for a PostgreSQL URL.
@@ -24,6 +28,12 @@ def sqlite_file(url: str | Path) -> Path | None:
         return None
     if target.startswith("sqlite:///"):
         target = target[len("sqlite:///") :]
+    elif scheme := _URL.match(target):
+        # Not a file called "mysql:" with a folder inside: a URL for a database we do not speak.
+        raise InvalidArgument(
+            f"{scheme[1]}:// URLs are not supported: give a SQLite file path, sqlite:///path"
+            " or a postgresql:// URL"
+        )
     if not target or target == ":memory:" or target.startswith("file:"):
         raise InvalidArgument(
             f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
