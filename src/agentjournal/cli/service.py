@@ -19,7 +19,7 @@ from agentjournal.cli.common import (
     print_json,
     require_extra,
 )
-from agentjournal.errors import InvalidArgument, JournalError
+from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from agentjournal.runtime import Agent
@@ -39,6 +39,8 @@ def demo(
     # The demo's server is a child process: check here that it can start, rather than let the
     # child die with a traceback in its log and the demo report only "did not start".
     require_extra("server", "demo", "uvicorn", "agentjournal.server", "agentjournal.demo.run")
+    if db is not None:
+        _check_new_file(db)
     from agentjournal.demo.run import main as run_demo
 
     raise typer.Exit(run_demo(db, keep=keep))
@@ -50,7 +52,7 @@ def serve(
         str, typer.Option(help="SQLite file (created if missing) or postgresql:// URL.")
     ] = "agent.db",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 4 * 1024 * 1024,
     max_event_bytes: Annotated[int, typer.Option(help="Largest event payload.")] = 1024 * 1024,
     max_streams_per_key: Annotated[int, typer.Option(help="Open SSE streams per key.")] = 100,
@@ -81,6 +83,8 @@ def serve(
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
     require_extra("server", "serve", "uvicorn", "agentjournal.server")
+    if agent == "openai":
+        require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
 
     from agentjournal.journal import Journal
@@ -90,18 +94,11 @@ def serve(
 
     hosted = None if agent is None else _load_agent(agent)
     # Refused before the journal is opened: opening creates the database and migrates it.
-    try:
-        keys_exist = not is_loopback(host) and active_keys_exist(db)
-    except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
-        fail(f"cannot open {db!r}: {exc}")
+    keys_exist = not is_loopback(host) and active_keys_exist(db)
     refusal = open_bind_refusal(host, keys_exist=keys_exist)
     if refusal is not None:
-        typer.echo(refusal, err=True)
-        raise typer.Exit(2)
-    try:
-        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
-    except JournalError as exc:
-        fail(f"cannot open {db!r}: {exc}")
+        fail(refusal)
+    journal = Journal.open(db, max_payload_bytes=max_event_bytes)
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_streams_per_key=max_streams_per_key,
@@ -129,7 +126,11 @@ def _load_agent(spec: str) -> Agent:
         return build()
     if spec == "openai":
         demo = build()
-        return Agent(OpenAIChatModel(), list(demo.tools.values()), name="openai")
+        try:
+            model = OpenAIChatModel()
+        except InvalidArgument as exc:  # no model name, most likely: name the flag it is for
+            fail(f"--agent openai: {exc}")
+        return Agent(model, list(demo.tools.values()), name="openai")
     module_name, _, attribute = spec.partition(":")
     try:
         found = getattr(importlib.import_module(module_name), attribute)
@@ -140,8 +141,23 @@ def _load_agent(spec: str) -> Agent:
         ) from exc
     made = found if isinstance(found, Agent) else found()
     if not isinstance(made, Agent):
-        raise typer.BadParameter(f"{spec!r} gave {type(made).__name__}, not an Agent")
+        raise typer.BadParameter(
+            f"{spec!r} gave {type(made).__name__}, not an Agent", param_hint="--agent"
+        )
     return made
+
+
+def _check_new_file(db: str) -> None:
+    """The demo's `--db` must be a SQLite file it can create, so that it cannot fail halfway."""
+    from agentjournal.backends.urls import sqlite_file
+
+    path = sqlite_file(db)
+    if path is None:
+        fail(f"--db {db!r}: the demo writes a new SQLite file, not a PostgreSQL database")
+    if path.exists():
+        fail(f"--db {db!r} exists; the demo needs a new file: pass another name")
+    if not path.parent.is_dir():
+        fail(f"--db {db!r}: there is no folder {str(path.parent)!r} to create it in")
 
 
 @keys_app.command("create")
@@ -158,10 +174,7 @@ def keys_create(
     Example: agentjournal keys create --tenant acme --db agent.db
     """
 
-    try:
-        check_id(tenant, "tenant")  # before opening: a refused key must not create the database
-    except InvalidArgument as exc:
-        fail(str(exc))
+    check_id(tenant, "--tenant")  # before opening: a refused key must not create the database
     with opened(db, create=True) as journal:
         row, key = journal.keys.create(tenant, label)
     if as_json:
