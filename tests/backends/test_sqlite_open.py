@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentjournal import InvalidArgument, Journal
+from agentjournal.backends.urls import describe
 from helpers.contract import SEED_REPLAY, seed, state
 from helpers.raw_sql import PENDING_PURGE, RawSQL, purge_row
 
@@ -42,6 +43,32 @@ def test_open_rejects_a_url_of_an_unsupported_scheme(
     for supported in ("SQLite file path", "sqlite:///", "postgresql://"):
         assert supported in message
     assert list(tmp_path.iterdir()) == []  # no SQLite file (or folder) named like the URL
+
+
+@pytest.mark.parametrize(
+    ("url", "described"),
+    [
+        (
+            "postgresql://app:s3cret@db.example:5433/agents?schema=journal",
+            "PostgreSQL db.example:5433/agents, schema journal, as app",
+        ),
+        ("postgres://h1,h2:5433/agents", "PostgreSQL h1,h2:5433/agents"),
+        (
+            "postgresql:///agents?host=/run/postgresql&user=app&password=s3cret",
+            "PostgreSQL /run/postgresql/agents, as app",
+        ),
+    ],
+)
+def test_describe_names_the_database_never_the_password(url: str, described: str) -> None:
+    assert describe(url) == described
+
+
+def test_describe_gives_a_sqlite_file_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert describe("agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
+    assert describe("sqlite:///agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
 
 
 def test_open_rejects_a_bad_durability(tmp_path: Path) -> None:

@@ -8,11 +8,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from agentjournal.backends import Storage
 from agentjournal.errors import InvalidArgument
 
-__all__ = ["Durability", "migrate_storage", "open_storage", "sqlite_file"]
+__all__ = ["Durability", "describe", "migrate_storage", "open_storage", "sqlite_file"]
 
 Durability = Literal["full", "normal"]
 
@@ -39,6 +40,24 @@ def sqlite_file(url: str | Path) -> Path | None:
             f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
         )
     return Path(target)
+
+
+def describe(url: str | Path) -> str:
+    """Where `url` points, for a person to read: `SQLite /absolute/path`, or `PostgreSQL
+    host:port/database` with the schema and role when the URL names them. Never the password."""
+    path = sqlite_file(url)
+    if path is not None:
+        return f"SQLite {path.resolve()}"
+    parts = urlsplit(str(url))
+    query = dict(parse_qsl(parts.query))
+    user, _, hosts = parts.netloc.rpartition("@")  # "user:password@host:port,host2"
+    where = hosts or query.get("host") or "localhost"
+    database = parts.path.lstrip("/") or query.get("dbname") or ""
+    described = f"PostgreSQL {where}/{database}"
+    if "schema" in query:
+        described += f", schema {query['schema']}"
+    role = user.partition(":")[0] or query.get("user")
+    return f"{described}, as {role}" if role else described
 
 
 def open_storage(url: str | Path, durability: Durability, *, create: bool = True) -> Storage:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import logging
 import signal
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -22,6 +27,8 @@ from agentjournal.cli.common import (
 from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from agentjournal.runtime import Agent
 
 
@@ -52,7 +59,9 @@ def serve(
         str, typer.Option(help="SQLite file (created if missing) or postgresql:// URL.")
     ] = "agent.db",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="TCP port (0: any free one, shown at start).")
+    ] = 8000,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 4 * 1024 * 1024,
     max_event_bytes: Annotated[int, typer.Option(help="Largest event payload.")] = 1024 * 1024,
     max_streams_per_key: Annotated[int, typer.Option(help="Open SSE streams per key.")] = 100,
@@ -77,8 +86,14 @@ def serve(
             " a valid key like every route."
         ),
     ] = False,
+    access_log: Annotated[
+        bool, typer.Option(help="Print a line per request to stdout (uvicorn's access log).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
+
+    Once it listens it prints where (and the inspector's address), the database, who may call
+    it and the agent, to stderr.
 
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
@@ -87,6 +102,7 @@ def serve(
         require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
 
+    from agentjournal.backends.urls import describe
     from agentjournal.journal import Journal
     from agentjournal.keys import active_keys_exist
     from agentjournal.server import Limits, create_app
@@ -98,24 +114,49 @@ def serve(
     refusal = open_bind_refusal(host, keys_exist=keys_exist)
     if refusal is not None:
         fail(refusal)
-    journal = Journal.open(db, max_payload_bytes=max_event_bytes)
-    limits = Limits(
-        max_body_bytes=max_body_bytes,
-        max_streams_per_key=max_streams_per_key,
-        requests_per_second=rate_limit,
-        burst=max(1, int(rate_limit * 2)),
-    )
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
-    # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    app = create_app(
-        journal,
-        limits=limits,
-        agent=hosted,
-        task_lease_seconds=task_lease,
-        metrics_public=metrics_public,
-    )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # A port in use is refused before the database is touched, too.
+    with _bound(host, port) as listening:
+        journal = Journal.open(db, max_payload_bytes=max_event_bytes)
+        limits = Limits(
+            max_body_bytes=max_body_bytes,
+            max_streams_per_key=max_streams_per_key,
+            requests_per_second=rate_limit,
+            burst=max(1, int(rate_limit * 2)),
+        )
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
+        # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        app = create_app(
+            journal,
+            limits=limits,
+            agent=hosted,
+            task_lease_seconds=task_lease,
+            metrics_public=metrics_public,
+        )
+        banner = _banner(_url(listening), describe(db), app.state.service.open, agent, access_log)
+        config = uvicorn.Config(app, log_level="warning", access_log=access_log)
+        if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
+            logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+        _run(config, listening, banner)
+
+
+def _banner(
+    base: str, database: str, open_mode: bool, agent: str | None, access_log: bool
+) -> list[str]:
+    """What `serve` prints once it listens: where, over what, for whom (never a password)."""
+    if open_mode:
+        auth = "open: no API keys yet, so loopback callers only, all tenant 'default'"
+    else:
+        auth = "API keys: every request needs one"
+    log = "on (stdout)" if access_log else "off (--access-log shows each request)"
+    return [
+        f"agentjournal is serving {base} (the API under {base}/v1)",
+        f"  inspector  {base}/",
+        f"  database   {database}",
+        f"  auth       {auth}",
+        f"  agent      {agent or 'none'}",
+        f"  access log {log}",
+    ]
 
 
 def _load_agent(spec: str) -> Agent:
@@ -158,6 +199,58 @@ def _check_new_file(db: str) -> None:
         fail(f"--db {db!r} exists; the demo needs a new file: pass another name")
     if not path.parent.is_dir():
         fail(f"--db {db!r}: there is no folder {str(path.parent)!r} to create it in")
+
+
+@contextmanager
+def _bound(host: str, port: int) -> Iterator[list[socket.socket]]:
+    """Sockets bound to every address of `host` (as uvicorn would bind them), closed when the
+    block ends; a port in use, a port that needs privileges or a host that is not this
+    machine's end the command here."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        fail(f"--host {host!r} is not an address of this machine: {exc.strerror}")
+    bound: list[socket.socket] = []
+    for family, kind, proto, _, address in dict.fromkeys(found):
+        sock = socket.socket(family, kind, proto)
+        bound.append(sock)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+        except OSError as exc:
+            for opened_socket in bound:
+                opened_socket.close()
+            if exc.errno == errno.EADDRINUSE:
+                fail(f"port {port} on {host} is in use: stop what listens there or pass --port")
+            if exc.errno == errno.EACCES:
+                fail(f"port {port} needs privileges this user lacks: pass --port above 1023")
+            fail(f"cannot listen on {host}:{port}: {exc.strerror} (check --host and --port)")
+    try:
+        yield bound
+    finally:
+        for sock in bound:
+            sock.close()
+
+
+def _url(sockets: list[socket.socket]) -> str:
+    host, port = sockets[0].getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _run(config: uvicorn.Config, sockets: list[socket.socket], banner: list[str]) -> None:
+    """uvicorn's server on `sockets`; `banner` goes to stderr once it listens (after start-up
+    finished the turns a crash cut), so that what it says is already true."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                typer.echo("\n".join(banner), err=True)
+
+    Server(config).run(sockets=sockets)
 
 
 @keys_app.command("create")
