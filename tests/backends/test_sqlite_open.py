@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from agentjournal import InvalidArgument, Journal
-from agentjournal.backends.urls import describe
 from helpers.contract import SEED_REPLAY, seed, state
 from helpers.raw_sql import PENDING_PURGE, RawSQL, purge_row
 
@@ -60,15 +59,15 @@ def test_open_rejects_a_url_of_an_unsupported_scheme(
     ],
 )
 def test_describe_names_the_database_never_the_password(url: str, described: str) -> None:
-    assert describe(url) == described
+    assert Journal.describe(url) == described
 
 
 def test_describe_gives_a_sqlite_file_its_absolute_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert describe("agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
-    assert describe("sqlite:///agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
+    assert Journal.describe("agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
+    assert Journal.describe("sqlite:///agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
 
 
 def test_open_rejects_a_bad_durability(tmp_path: Path) -> None:

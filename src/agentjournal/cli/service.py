@@ -9,6 +9,7 @@ import signal
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -102,7 +103,6 @@ def serve(
         require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
 
-    from agentjournal.backends.urls import describe
     from agentjournal.journal import Journal
     from agentjournal.keys import active_keys_exist
     from agentjournal.server import Limits, create_app
@@ -133,7 +133,9 @@ def serve(
             task_lease_seconds=task_lease,
             metrics_public=metrics_public,
         )
-        banner = _banner(_url(listening), describe(db), app.state.service.open, agent, access_log)
+        banner = _banner(
+            _url(listening), Journal.describe(db), app.state.service.open, agent, access_log
+        )
         config = uvicorn.Config(app, log_level="warning", access_log=access_log)
         if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
             logging.getLogger("uvicorn.access").setLevel(logging.INFO)
@@ -190,11 +192,9 @@ def _load_agent(spec: str) -> Agent:
 
 def _check_new_file(db: str) -> None:
     """The demo's `--db` must be a SQLite file it can create, so that it cannot fail halfway."""
-    from agentjournal.backends.urls import sqlite_file
-
-    path = sqlite_file(db)
-    if path is None:
-        fail(f"--db {db!r}: the demo writes a new SQLite file, not a PostgreSQL database")
+    if "://" in db:
+        fail(f"--db {db!r}: a URL is not supported here; the demo writes a new SQLite file")
+    path = Path(db)
     if path.exists():
         fail(f"--db {db!r} exists; the demo needs a new file: pass another name")
     if not path.parent.is_dir():
