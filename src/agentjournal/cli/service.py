@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Iterator
@@ -169,9 +170,13 @@ def _load_agent(spec: str) -> Agent:
         return build()
     if spec == "openai":
         demo = build()
+        if not (os.environ.get("AGENTJOURNAL_MODEL") or os.environ.get("OPENAI_MODEL")):
+            # The model's own message speaks to Python callers ("pass model=..."); here the
+            # only way to name it is the environment.
+            fail("--agent openai needs a model name: set AGENTJOURNAL_MODEL (or OPENAI_MODEL)")
         try:
             model = OpenAIChatModel()
-        except InvalidArgument as exc:  # no model name, most likely: name the flag it is for
+        except InvalidArgument as exc:  # a timeout or URL out of range: it says which
             fail(f"--agent openai: {exc}")
         return Agent(model, list(demo.tools.values()), name="openai")
     module_name, _, attribute = spec.partition(":")
