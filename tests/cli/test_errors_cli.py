@@ -214,3 +214,18 @@ def test_restore_over_events_names_force(folder: Path) -> None:
     with Journal.open(folder / "held.db") as journal:
         journal.create_session("kept")
     assert_one_line(run(["restore", FILE, "--db", "held.db"]), "held.db", "--force")
+
+
+def test_a_bug_is_not_passed_off_as_a_mistake(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only what a user can fix becomes a line: anything else keeps its traceback, exit 1."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in agentjournal")
+
+    monkeypatch.setattr(Journal, "sessions", broken)
+    result = run(["sessions", "--db", FILE])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, RuntimeError)
+    assert "error:" not in result.stderr

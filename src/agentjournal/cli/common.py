@@ -123,14 +123,14 @@ def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterato
     try:
         journal = Journal.open(db, tenant=tenant, create=create)
     except JournalError as exc:  # a missing file among them: says which, and how to name another
-        fail(f"{exc}{db_hint()}")
+        fail(f"{exc}{_db_hint()}")
     try:
         yield journal
     finally:
         journal.close()
 
 
-def db_hint() -> str:
+def _db_hint() -> str:
     """ " (pass --db or set AGENTJOURNAL_DB)" if the running command's `--db` is its default,
     the user having given neither; "" once they named a database (the hint would not help)."""
     ctx = get_current_context(silent=True)
