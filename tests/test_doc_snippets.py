@@ -51,7 +51,7 @@ SERVER_START_SECONDS = 30
 # Every block that does not run, and why. Keep it short: each is a promise nothing checks.
 SKIPPED = {
     ("README.md", 1): "installs packages from the package index",
-    ("cli.md", 1): "sess_abc123 stands for a session of yours",
+    ("cli.md", 2): "sess_abc123 stands for a session of yours",
     ("integrations.md", 1): "needs OPENAI_API_KEY",
     ("postgres.md", 1): "needs a PostgreSQL server at db.internal",
     ("postgres.md", 2): "needs a PostgreSQL server at db.internal",

@@ -16,7 +16,7 @@ from agentjournal import tasks as transitions
 from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_ms
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.backends.urls import Durability as Durability  # re-exported: integrations use it
-from agentjournal.backends.urls import migrate_storage, open_storage
+from agentjournal.backends.urls import describe, migrate_storage, open_storage
 from agentjournal.errors import (
     Conflict,
     InvalidArgument,
@@ -107,6 +107,13 @@ class Journal(TaskVerbs):
         keeping the file open.
         """
         migrate_storage(url, grant_to)
+
+    @staticmethod
+    def describe(url: str | Path) -> str:
+        """Where `url` points, for a person to read (a log line, a start-up banner): `SQLite
+        /absolute/path`, or `PostgreSQL host:port/database` with the schema and role the URL
+        names. Never its password. `InvalidArgument` for what `open` would refuse as a URL."""
+        return describe(url)
 
     def for_tenant(self, tenant: str) -> Journal:
         """The same database, scoped to another tenant (closing it leaves the storage open)."""

@@ -27,6 +27,49 @@ def test_open_rejects_what_is_not_a_database_file(url: str) -> None:
         Journal.open(url)
 
 
+@pytest.mark.parametrize(
+    "url", ["mysql://h/db", "sqlite://relative.db", "postgresql+psycopg://h/d"]
+)
+def test_open_rejects_a_url_of_an_unsupported_scheme(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    scheme = url.partition("://")[0]
+    with pytest.raises(InvalidArgument, match="not supported") as raised:
+        Journal.open(url)
+    message = str(raised.value)
+    assert f"{scheme}://" in message
+    for supported in ("SQLite file path", "sqlite:///", "postgresql://"):
+        assert supported in message
+    assert list(tmp_path.iterdir()) == []  # no SQLite file (or folder) named like the URL
+
+
+@pytest.mark.parametrize(
+    ("url", "described"),
+    [
+        (
+            "postgresql://app:s3cret@db.example:5433/agents?schema=journal",
+            "PostgreSQL db.example:5433/agents, schema journal, as app",
+        ),
+        ("postgres://h1,h2:5433/agents", "PostgreSQL h1,h2:5433/agents"),
+        (
+            "postgresql:///agents?host=/run/postgresql&user=app&password=s3cret",
+            "PostgreSQL /run/postgresql/agents, as app",
+        ),
+    ],
+)
+def test_describe_names_the_database_never_the_password(url: str, described: str) -> None:
+    assert Journal.describe(url) == described
+
+
+def test_describe_gives_a_sqlite_file_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Journal.describe("agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
+    assert Journal.describe("sqlite:///agent.db") == f"SQLite {tmp_path.resolve() / 'agent.db'}"
+
+
 def test_open_rejects_a_bad_durability(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="durability"):
         Journal.open(tmp_path / "x.db", durability="fast")  # type: ignore[arg-type]

@@ -1,11 +1,13 @@
 """`agentjournal serve` and `agentjournal keys` as processes: the loopback-only rule without keys,
-key creation / listing / revocation against a running server, and graceful SIGTERM."""
+what serve says once it listens (and its access log), its refusals as one line, key creation /
+listing / revocation against a running server, and graceful SIGTERM."""
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -13,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from agentjournal import Journal
-from postgres_fixtures import ADMIN_URL, fresh_schema, owner_url_for, url_for
+from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, owner_url_for, url_for
 
 Running = Any  # conftest's RunningServer (fixtures only)
 CLI_TIMEOUT = 60.0
@@ -182,6 +185,152 @@ def test_with_a_key_serve_binds_a_non_loopback_host(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/v1/sessions", timeout=5).status_code == 401
         headers = {"Authorization": f"Bearer {key}"}
         assert httpx.get(f"{base}/v1/sessions", headers=headers, timeout=5).status_code == 200
+
+
+# -- what serve says -------------------------------------------------------------------------
+
+BANNER_LINES = 6  # serving, inspector, database, auth, agent, access log
+
+
+@dataclass
+class Served:
+    banner: list[str]  # what serve printed to stderr once listening
+    stdout: str = ""  # all it printed there, once it has exited
+    returncode: int | None = None
+
+
+@contextlib.contextmanager
+def serve_process(*args: str) -> Iterator[Served]:
+    """`agentjournal serve ARGS` on a port the kernel picks, once it printed its banner;
+    SIGTERM when the block ends."""
+    argv = [sys.executable, "-m", "agentjournal.cli", "serve", "--port", "0", *args]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr or ()])
+    reader.start()
+    served = Served([])
+    try:
+        while len(served.banner) < BANNER_LINES:
+            try:
+                served.banner.append(lines.get(timeout=CLI_TIMEOUT).rstrip("\n"))
+            except queue.Empty:
+                pytest.fail(f"no banner from serve; stderr so far: {served.banner}")
+        yield served
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            served.returncode = process.wait(timeout=CLI_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=CLI_TIMEOUT)
+        served.stdout = process.stdout.read()  # a few lines: the pipe never filled meanwhile
+        reader.join(timeout=CLI_TIMEOUT)
+        process.stdout.close()
+        process.stderr.close()
+
+
+def field(banner: list[str], label: str) -> str:
+    """The value of the banner's line `  <label> <value>`."""
+    [value] = [line[2 + len(label) :] for line in banner[1:] if line[2:].startswith(label + " ")]
+    return value.strip()
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_serve_says_where_it_listens_once_it_does(tmp_path: Path, access_log: bool) -> None:
+    db_path = tmp_path / "journal.db"
+    flags = ["--access-log"] if access_log else []
+    with serve_process("--db", str(db_path), *flags) as served:
+        banner = served.banner
+        first = banner[0]
+        assert first.startswith("agentjournal is serving http://127.0.0.1:"), banner
+        base = first.split()[3]
+        # Printed once listening: the address answers at once, and it is the inspector's too.
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        assert f"{base}/v1" in first
+        assert field(banner, "inspector") == f"{base}/"
+        page = httpx.get(f"{base}/", timeout=5)
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert field(banner, "database") == f"SQLite {db_path.resolve()}"
+        assert field(banner, "auth").startswith("open: no API keys yet, so loopback callers only")
+        assert field(banner, "agent") == "none"
+        assert field(banner, "access log").startswith("on" if access_log else "off (--access-log")
+    assert served.returncode == 0
+    if access_log:
+        assert '"GET /healthz HTTP/1.1" 200' in served.stdout
+        assert '"GET / HTTP/1.1" 200' in served.stdout
+    else:
+        assert "GET" not in served.stdout
+
+
+def test_serve_names_a_postgresql_database_and_its_keys_but_never_the_password() -> None:
+    with fresh_schema("banner") as schema:
+        url = f"postgresql://{ROLE}:not-a-real-s3cret@{HOST}?schema={schema}"  # trust: unused
+        created = cli("keys", "create", "--tenant", "acme", "--db", url)
+        assert created.returncode == 0, created.stderr
+        with serve_process("--db", url, "--agent", "demo") as served:
+            banner = served.banner
+            assert field(banner, "database") == f"PostgreSQL {HOST}, schema {schema}, as {ROLE}"
+            assert field(banner, "auth") == "API keys: every request needs one"
+            assert field(banner, "agent") == "demo"
+            assert not any("s3cret" in line for line in banner)
+
+
+def one_line_refusal(result: subprocess.CompletedProcess[str], *names: str) -> None:
+    shown = result.stdout + result.stderr
+    assert result.returncode == 2, shown
+    assert "Traceback" not in shown
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ")
+    for name in names:
+        assert name in line, shown
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = cli("serve", "--db", str(tmp_path / "journal.db"), "--port", port)
+    one_line_refusal(result, f"port {port}", "in use", "--port")
+    assert list(tmp_path.iterdir()) == []  # refused before the database was created
+
+
+def test_serve_agent_openai_without_a_model_name_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AGENTJOURNAL_MODEL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    result = cli("serve", "--db", str(tmp_path / "journal.db"), "--agent", "openai")
+    one_line_refusal(result, "--agent openai", "AGENTJOURNAL_MODEL")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_agent_openai_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+    hidden = "import sys; sys.modules['openai'] = None; from agentjournal.cli import main; main()"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            hidden,
+            "serve",
+            "--db",
+            str(tmp_path / "j.db"),
+            "--agent",
+            "openai",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+        env={**os.environ, "AGENTJOURNAL_MODEL": "some-model"},
+    )
+    one_line_refusal(result, "pip install 'agentjournal[openai]'")
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- keys -------------------------------------------------------------------------------------

@@ -5,20 +5,24 @@ PostgreSQL driver."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from agentjournal.backends import Storage
 from agentjournal.backends.shared import SharedStorages
 from agentjournal.errors import InvalidArgument
 
-__all__ = ["Durability", "migrate_storage", "open_storage", "sqlite_file"]
+__all__ = ["Durability", "describe", "migrate_storage", "open_storage", "sqlite_file"]
 
 Durability = Literal["full", "normal"]
 
 # Every `open_storage` of one SQLite file in this process gets its one storage (see `shared`).
 SQLITE_FILES = SharedStorages()
+# Something that reads as a URL, `scheme://`: a path never starts so (a Windows drive is `C:\`).
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def sqlite_file(url: str | Path) -> Path | None:
@@ -29,11 +33,35 @@ def sqlite_file(url: str | Path) -> Path | None:
         return None
     if target.startswith("sqlite:///"):
         target = target[len("sqlite:///") :]
+    elif scheme := _URL.match(target):
+        # Not a file called "mysql:" with a folder inside: a URL for a database we do not speak.
+        raise InvalidArgument(
+            f"{scheme[1]}:// URLs are not supported: give a SQLite file path, sqlite:///path"
+            " or a postgresql:// URL"
+        )
     if not target or target == ":memory:" or target.startswith("file:"):
         raise InvalidArgument(
             f"{target!r} is not a database file path: the journal needs a file (WAL mode)"
         )
     return Path(target)
+
+
+def describe(url: str | Path) -> str:
+    """Where `url` points, for a person to read: `SQLite /absolute/path`, or `PostgreSQL
+    host:port/database` with the schema and role when the URL names them. Never the password."""
+    path = sqlite_file(url)
+    if path is not None:
+        return f"SQLite {path.resolve()}"
+    parts = urlsplit(str(url))
+    query = dict(parse_qsl(parts.query))
+    user, _, hosts = parts.netloc.rpartition("@")  # "user:password@host:port,host2"
+    where = hosts or query.get("host") or "localhost"
+    database = parts.path.lstrip("/") or query.get("dbname") or ""
+    described = f"PostgreSQL {where}/{database}"
+    if "schema" in query:
+        described += f", schema {query['schema']}"
+    role = user.partition(":")[0] or query.get("user")
+    return f"{described}, as {role}" if role else described
 
 
 def open_storage(

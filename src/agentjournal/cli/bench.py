@@ -31,7 +31,14 @@ def bench(
         ),
     ] = None,
     directory: Annotated[
-        Path, typer.Option("--dir", help="Where the temporary SQLite file goes (its disk).")
+        Path,
+        typer.Option(
+            "--dir",
+            exists=True,
+            file_okay=False,
+            writable=True,
+            help="Where the temporary SQLite file goes (its disk).",
+        ),
     ] = Path("."),
     seconds: Annotated[float, typer.Option(help="Seconds per measurement.", min=0.2)] = 2.0,
     writers: Annotated[int, typer.Option(help="Concurrent writers.", min=2, max=64)] = 16,

@@ -1,6 +1,9 @@
 """What every command shares: the `--db`, `--tenant`, `--json` and `--progress` options, opening
 the journal, progress on stderr, and exit codes a script can trust (0 done, 1 problems found or
 nothing matched, 2 could not run).
+
+An error is one line on stderr, `error: ...`, saying what to change (`say`, `fail`); `app` turns
+what a command raises into such a line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from typer._click.core import Context, ParameterSource  # Typer's own Click (since 0.29)
+from typer._click.globals import get_current_context
 
 from agentjournal.errors import JournalError
 from agentjournal.journal import Journal
@@ -43,6 +48,7 @@ __all__ = [
     "print_json",
     "progress",
     "require_extra",
+    "say",
     "wants_progress",
 ]
 
@@ -77,9 +83,16 @@ console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+def say(message: str) -> None:
+    """`error: message`, one line on stderr (never wrapped, whatever the terminal's width)."""
     # Messages quote user input and pip lines ('agentjournal[server]'): not markup.
-    errors.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
+    one_line = " ".join(message.split())
+    errors.print(f"[bold red]error:[/] {escape(one_line)}", markup=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """End the command: `message` on stderr, then exit `code` (2: could not run)."""
+    say(message)
     raise typer.Exit(code)
 
 
@@ -100,6 +113,7 @@ EXTRA_MODULES: Final = {
             "httpx_sse",
         }
     ),
+    "openai": frozenset({"openai"}),
 }
 
 
@@ -121,7 +135,7 @@ def require_extra(extra: str, command: str, *modules: str) -> None:
 
 @contextmanager
 def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterator[Journal]:
-    """The journal at `db`; a `JournalError` from the block becomes a message and exit 2.
+    """The journal at `db`, closed when the block ends (its errors are `app`'s to show).
 
     Opening a SQLite path creates the file, so commands that only read refuse a path that does
     not exist: a typo must not leave an empty database behind and report "no sessions".
@@ -129,11 +143,9 @@ def opened(db: str, tenant: str = "default", *, create: bool = False) -> Iterato
     try:
         journal = Journal.open(db, tenant=tenant, create=create)
     except JournalError as exc:  # a missing file among them: says which, and how to name another
-        fail(f"cannot open {db!r}: {exc} (pass --db or set AGENTJOURNAL_DB)")
+        fail(f"{exc}{_db_hint()}")
     try:
         yield journal
-    except JournalError as exc:
-        fail(f"{type(exc).__name__}: {exc}")
     finally:
         journal.close()
 
@@ -161,6 +173,22 @@ def progress(show: bool, *count: ProgressColumn) -> Progress:
         redirect_stdout=False,
         redirect_stderr=False,
     )
+
+
+def _db_hint() -> str:
+    """ " (pass --db or set AGENTJOURNAL_DB)" if the running command's `--db` is its default,
+    the user having given neither; "" once they named a database (the hint would not help)."""
+    ctx = get_current_context(silent=True)
+    if ctx is None or "db" not in ctx.params:
+        return ""
+    if ctx.get_parameter_source("db") is not ParameterSource.DEFAULT:
+        return ""
+    env = " or set AGENTJOURNAL_DB" if _takes_env(ctx) else ""
+    return f" (pass --db{env})"
+
+
+def _takes_env(ctx: Context) -> bool:
+    return any(p.name == "db" and p.envvar for p in ctx.command.params)
 
 
 def print_json(value: Any) -> None:

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -31,7 +31,7 @@ from agentjournal.cli.common import (
     progress,
     wants_progress,
 )
-from agentjournal.errors import JournalError
+from agentjournal.errors import Conflict, JournalError
 from agentjournal.journal import Journal
 from agentjournal.verify import VerifyReport
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from agentjournal.backup import CopyReport
 
 __all__: list[str] = []
-
-T = TypeVar("T")
 
 
 @app.command()
@@ -141,7 +139,7 @@ def migrate(
     Example: agentjournal migrate --db 'postgresql://journal_owner@db/agents' --grant journal_app
     """
     roles = grant or []
-    _run(lambda: Journal.migrate(db, grant_to=roles))
+    Journal.migrate(db, grant_to=roles)
     if as_json:
         print_json({"ok": True, "granted": roles})
     else:
@@ -166,8 +164,12 @@ def backup(
     """
     from agentjournal.backup import backup as take_backup
 
+    if destination.exists() and not overwrite:
+        fail(f"{str(destination)!r} exists; choose a new name or pass --overwrite")
+    if not destination.parent.is_dir():
+        fail(f"no folder {str(destination.parent)!r} to write {str(destination)!r} in")
     with _status(f"backing up {db}", quiet=as_json):
-        report = _run(lambda: take_backup(db, destination, overwrite=overwrite))
+        report = take_backup(db, destination, overwrite=overwrite)
     _print_copy(report, "backed up", as_json)
 
 
@@ -189,16 +191,12 @@ def restore(
     """
     from agentjournal.backup import restore as restore_backup
 
-    with _status(f"restoring into {db}", quiet=as_json):
-        report = _run(lambda: restore_backup(backup_file, db, force=force))
-    _print_copy(report, "restored", as_json)
-
-
-def _run(action: Callable[[], T]) -> T:
     try:
-        return action()
-    except JournalError as exc:
-        fail(f"{type(exc).__name__}: {exc}")
+        with _status(f"restoring into {db}", quiet=as_json):
+            report = restore_backup(backup_file, db, force=force)
+    except Conflict as exc:  # the target holds events: the library names its argument, not ours
+        fail(str(exc).replace("restore with force", "pass --force"))
+    _print_copy(report, "restored", as_json)
 
 
 @contextlib.contextmanager
@@ -264,6 +262,8 @@ def export(
     target = None if destination == "-" else Path(destination)
     if target is not None and target.exists() and not overwrite:
         fail(f"{destination!r} exists; choose a new name or pass --overwrite")
+    if target is not None and not target.parent.is_dir():
+        fail(f"no folder {str(target.parent)!r} to write {destination!r} in")
     with opened(db, tenant) as journal, contextlib.ExitStack() as stack:
         if target is None:
             out: IO[str] = sys.stdout

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import logging
+import os
 import signal
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -20,9 +27,11 @@ from agentjournal.cli.common import (
     require_extra,
 )
 from agentjournal.cli.mcp_server import mcp_mode
-from agentjournal.errors import InvalidArgument, JournalError
+from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from agentjournal.runtime import Agent
 
 
@@ -40,6 +49,8 @@ def demo(
     # The demo's server is a child process: check here that it can start, rather than let the
     # child die with a traceback in its log and the demo report only "did not start".
     require_extra("server", "demo", "uvicorn", "agentjournal.server", "agentjournal.demo.run")
+    if db is not None:
+        _check_new_file(db)
     from agentjournal.demo.run import main as run_demo
 
     raise typer.Exit(run_demo(db, keep=keep))
@@ -51,7 +62,9 @@ def serve(
         str, typer.Option(help="SQLite file (created if missing) or postgresql:// URL.")
     ] = "agent.db",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="TCP port (0: any free one, shown at start).")
+    ] = 8000,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 4 * 1024 * 1024,
     max_event_bytes: Annotated[int, typer.Option(help="Largest event payload.")] = 1024 * 1024,
     max_streams_per_key: Annotated[int, typer.Option(help="Open SSE streams per key.")] = 100,
@@ -79,12 +92,20 @@ def serve(
     mcp: Annotated[
         str, typer.Option(help="MCP at /mcp (docs/mcp.md): read, write or off.")
     ] = "read",
+    access_log: Annotated[
+        bool, typer.Option(help="Print a line per request to stdout (uvicorn's access log).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
+
+    Once it listens it prints where (and the inspector's address), the database, who may call
+    it and the agent, to stderr.
 
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
     require_extra("server", "serve", "uvicorn", "agentjournal.server")
+    if agent == "openai":
+        require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
 
     from agentjournal.journal import Journal
@@ -94,36 +115,56 @@ def serve(
 
     hosted = None if agent is None else _load_agent(agent)
     # Refused before the journal is opened: opening creates the database and migrates it.
-    try:
-        keys_exist = not is_loopback(host) and active_keys_exist(db)
-    except JournalError as exc:  # e.g. a postgresql:// URL without the postgres extra
-        fail(f"cannot open {db!r}: {exc}")
+    keys_exist = not is_loopback(host) and active_keys_exist(db)
     refusal = open_bind_refusal(host, keys_exist=keys_exist)
     if refusal is not None:
-        typer.echo(refusal, err=True)
-        raise typer.Exit(2)
-    try:
+        fail(refusal)
+    # A port in use is refused before the database is touched, too.
+    with _bound(host, port) as listening:
         journal = Journal.open(db, max_payload_bytes=max_event_bytes)
-    except JournalError as exc:
-        fail(f"cannot open {db!r}: {exc}")
-    limits = Limits(
-        max_body_bytes=max_body_bytes,
-        max_streams_per_key=max_streams_per_key,
-        requests_per_second=rate_limit,
-        burst=max(1, int(rate_limit * 2)),
-    )
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
-    # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    app = create_app(
-        journal,
-        limits=limits,
-        agent=hosted,
-        task_lease_seconds=task_lease,
-        metrics_public=metrics_public,
-        mcp=mcp_mode(mcp),
-    )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+        limits = Limits(
+            max_body_bytes=max_body_bytes,
+            max_streams_per_key=max_streams_per_key,
+            requests_per_second=rate_limit,
+            burst=max(1, int(rate_limit * 2)),
+        )
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler
+        # it found; a no-op one makes an asked-for stop exit 0, as process supervisors expect.
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        app = create_app(
+            journal,
+            limits=limits,
+            agent=hosted,
+            task_lease_seconds=task_lease,
+            metrics_public=metrics_public,
+            mcp=mcp_mode(mcp),
+        )
+        banner = _banner(
+            _url(listening), Journal.describe(db), app.state.service.open, agent, access_log
+        )
+        config = uvicorn.Config(app, log_level="warning", access_log=access_log)
+        if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
+            logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+        _run(config, listening, banner)
+
+
+def _banner(
+    base: str, database: str, open_mode: bool, agent: str | None, access_log: bool
+) -> list[str]:
+    """What `serve` prints once it listens: where, over what, for whom (never a password)."""
+    if open_mode:
+        auth = "open: no API keys yet, so loopback callers only, all tenant 'default'"
+    else:
+        auth = "API keys: every request needs one"
+    log = "on (stdout)" if access_log else "off (--access-log shows each request)"
+    return [
+        f"agentjournal is serving {base} (the API under {base}/v1)",
+        f"  inspector  {base}/",
+        f"  database   {database}",
+        f"  auth       {auth}",
+        f"  agent      {agent or 'none'}",
+        f"  access log {log}",
+    ]
 
 
 def _load_agent(spec: str) -> Agent:
@@ -134,7 +175,15 @@ def _load_agent(spec: str) -> Agent:
         return build()
     if spec == "openai":
         demo = build()
-        return Agent(OpenAIChatModel(), list(demo.tools.values()), name="openai")
+        if not (os.environ.get("AGENTJOURNAL_MODEL") or os.environ.get("OPENAI_MODEL")):
+            # The model's own message speaks to Python callers ("pass model=..."); here the
+            # only way to name it is the environment.
+            fail("--agent openai needs a model name: set AGENTJOURNAL_MODEL (or OPENAI_MODEL)")
+        try:
+            model = OpenAIChatModel()
+        except InvalidArgument as exc:  # a timeout or URL out of range: it says which
+            fail(f"--agent openai: {exc}")
+        return Agent(model, list(demo.tools.values()), name="openai")
     module_name, _, attribute = spec.partition(":")
     try:
         found = getattr(importlib.import_module(module_name), attribute)
@@ -145,8 +194,73 @@ def _load_agent(spec: str) -> Agent:
         ) from exc
     made = found if isinstance(found, Agent) else found()
     if not isinstance(made, Agent):
-        raise typer.BadParameter(f"{spec!r} gave {type(made).__name__}, not an Agent")
+        raise typer.BadParameter(
+            f"{spec!r} gave {type(made).__name__}, not an Agent", param_hint="--agent"
+        )
     return made
+
+
+def _check_new_file(db: str) -> None:
+    """The demo's `--db` must be a SQLite file it can create, so that it cannot fail halfway."""
+    if "://" in db:
+        fail(f"--db {db!r}: a URL is not supported here; the demo writes a new SQLite file")
+    path = Path(db)
+    if path.exists():
+        fail(f"--db {db!r} exists; the demo needs a new file: pass another name")
+    if not path.parent.is_dir():
+        fail(f"--db {db!r}: there is no folder {str(path.parent)!r} to create it in")
+
+
+@contextmanager
+def _bound(host: str, port: int) -> Iterator[list[socket.socket]]:
+    """Sockets bound to every address of `host` (as uvicorn would bind them), closed when the
+    block ends; a port in use, a port that needs privileges or a host that is not this
+    machine's end the command here."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        fail(f"--host {host!r} is not an address of this machine: {exc.strerror}")
+    bound: list[socket.socket] = []
+    for family, kind, proto, _, address in dict.fromkeys(found):
+        sock = socket.socket(family, kind, proto)
+        bound.append(sock)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+        except OSError as exc:
+            for opened_socket in bound:
+                opened_socket.close()
+            if exc.errno == errno.EADDRINUSE:
+                fail(f"port {port} on {host} is in use: stop what listens there or pass --port")
+            if exc.errno == errno.EACCES:
+                fail(f"port {port} needs privileges this user lacks: pass --port above 1023")
+            fail(f"cannot listen on {host}:{port}: {exc.strerror} (check --host and --port)")
+    try:
+        yield bound
+    finally:
+        for sock in bound:
+            sock.close()
+
+
+def _url(sockets: list[socket.socket]) -> str:
+    host, port = sockets[0].getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _run(config: uvicorn.Config, sockets: list[socket.socket], banner: list[str]) -> None:
+    """uvicorn's server on `sockets`; `banner` goes to stderr once it listens (after start-up
+    finished the turns a crash cut), so that what it says is already true."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                typer.echo("\n".join(banner), err=True)
+
+    Server(config).run(sockets=sockets)
 
 
 @keys_app.command("create")
@@ -163,10 +277,7 @@ def keys_create(
     Example: agentjournal keys create --tenant acme --db agent.db
     """
 
-    try:
-        check_id(tenant, "tenant")  # before opening: a refused key must not create the database
-    except InvalidArgument as exc:
-        fail(str(exc))
+    check_id(tenant, "--tenant")  # before opening: a refused key must not create the database
     with opened(db, create=True) as journal:
         row, key = journal.keys.create(tenant, label)
     if as_json:
