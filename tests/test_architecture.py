@@ -463,3 +463,14 @@ def test_the_cli_imports_no_backend_module() -> None:
         for path in sorted((SRC / "cli").glob("*.py"))
     }
     assert {name: mods for name, mods in found.items() if mods} == {}
+
+
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports test modules by their file name (tests/ has no packages), so a second
+    test_http.py anywhere under tests/ shadows the first, and modules importing from it break."""
+    tests = Path(__file__).parent
+    names: dict[str, list[str]] = {}
+    for path in tests.rglob("*.py"):
+        if path.name != "conftest.py" and "__pycache__" not in path.parts:
+            names.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
