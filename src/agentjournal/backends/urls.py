@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 from urllib.parse import parse_qsl, urlsplit
 
@@ -77,14 +78,7 @@ def open_storage(
         raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
     path = sqlite_file(url)
     if path is None:
-        try:
-            from agentjournal.backends.postgres import PostgresStorage
-        except ImportError as exc:
-            raise InvalidArgument(
-                f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
-                f" ({exc})"
-            ) from exc
-        storage = PostgresStorage(str(url), durability)
+        storage = _postgres().PostgresStorage(str(url), durability)
         return storage, storage.close
     if not create and not path.is_file():
         raise InvalidArgument(f"no database at {str(url)!r}")
@@ -95,18 +89,22 @@ def open_storage(
     )
 
 
+def _postgres() -> ModuleType:
+    """The PostgreSQL backend, imported when a URL first names it (it needs psycopg)."""
+    try:
+        from agentjournal.backends import postgres
+    except ImportError as exc:
+        raise InvalidArgument(
+            f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]' ({exc})"
+        ) from exc
+    return postgres
+
+
 def migrate_storage(url: str | Path, grant_to: Sequence[str] = ()) -> None:
     """Create or migrate the journal at `url`; on PostgreSQL, connected as the schema's owner,
     and granting each role of `grant_to` what the application needs (docs/postgres.md, Roles)."""
     if sqlite_file(url) is None:
-        try:
-            from agentjournal.backends.postgres import migrate
-        except ImportError as exc:
-            raise InvalidArgument(
-                f"the PostgreSQL backend needs psycopg: pip install 'agentjournal[postgres]'"
-                f" ({exc})"
-            ) from exc
-        migrate(str(url), grant_to)
+        _postgres().migrate(str(url), grant_to)
         return
     if grant_to:
         raise InvalidArgument("roles are PostgreSQL's: a SQLite file has nothing to grant")
