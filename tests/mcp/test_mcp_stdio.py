@@ -83,5 +83,5 @@ def test_writes_need_the_flag_and_a_missing_file_is_refused(tmp_path: Path) -> N
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2
-    assert "cannot open" in done.stderr
+    assert "no database at" in done.stderr
     assert not missing.exists()

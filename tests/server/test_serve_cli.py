@@ -125,6 +125,7 @@ def test_without_keys_serve_refuses_a_non_loopback_host(tmp_path: Path, host: st
     assert "refusing to bind" in output
     assert host in output
     assert "no API keys" in output
+    assert "--host 127.0.0.1" in output  # names the flag that fixes it
     assert "keys create" in output  # says how to fix it
     assert list(tmp_path.iterdir()) == []  # refused before anything was created
 

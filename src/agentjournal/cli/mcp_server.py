@@ -10,8 +10,7 @@ from typing import Annotated, Literal
 import typer
 
 from agentjournal.cli.app import app
-from agentjournal.cli.common import DbOption, TenantOption, fail
-from agentjournal.errors import JournalError
+from agentjournal.cli.common import DbOption, TenantOption, fail, opened
 
 __all__ = ["mcp", "mcp_mode"]
 
@@ -39,14 +38,11 @@ def mcp(
     if importlib.util.find_spec("mcp") is None:
         fail(f"`agentjournal mcp` {_NEEDS}")
     from agentjournal.aio import AsyncJournal
-    from agentjournal.journal import Journal
     from agentjournal.mcp.transports import serve_stdio
 
-    try:  # read-only, a mistyped path must not leave an empty database behind
-        journal = Journal.open(db, tenant=tenant, create=allow_writes)
-    except JournalError as exc:
-        fail(f"cannot open {db!r}: {exc} (pass --db or set AGENTJOURNAL_DB)")
-    asyncio.run(serve_stdio(AsyncJournal(journal), allow_writes=allow_writes))
+    # Read-only, a mistyped path must not leave an empty database behind.
+    with opened(db, tenant, create=allow_writes) as journal:
+        asyncio.run(serve_stdio(AsyncJournal(journal), allow_writes=allow_writes))
 
 
 def mcp_mode(mode: str) -> Literal["read", "write"] | None:

@@ -59,7 +59,11 @@ def demo(
 @app.command()
 def serve(
     db: Annotated[
-        str, typer.Option(help="SQLite file (created if missing) or postgresql:// URL.")
+        str,
+        typer.Option(
+            envvar="AGENTJOURNAL_DB",
+            help="SQLite file (created if missing) or postgresql:// URL (env AGENTJOURNAL_DB).",
+        ),
     ] = "agent.db",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[

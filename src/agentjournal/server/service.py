@@ -190,7 +190,7 @@ def open_bind_refusal(host: str, keys_exist: bool) -> str | None:
         return None
     return (
         f"refusing to bind {host}: no API keys exist, so every caller would be tenant"
-        " 'default'. Create one (agentjournal keys create --tenant NAME) or bind 127.0.0.1."
+        " 'default'. Create one (agentjournal keys create --tenant NAME) or pass --host 127.0.0.1."
     )
 
 
