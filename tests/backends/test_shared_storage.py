@@ -73,3 +73,24 @@ def test_a_forked_child_opens_the_file_anew(tmp_path: Path) -> None:
         assert child.exitcode == 0
         assert out.get(timeout=5) is True
         assert [s.title for s in parent.sessions()] == ["child"]
+
+
+def test_a_file_replaced_meanwhile_gets_a_storage_of_its_own(tmp_path: Path) -> None:
+    """A restore puts another file at the path: an open after it reads that file, while a
+    journal still open on the old one keeps its own until it closes."""
+    path, other = tmp_path / "agent.db", tmp_path / "other.db"
+    with Journal.open(other) as elsewhere:
+        elsewhere.create_session("from the other file")
+    old = Journal.open(path)
+    old.create_session("from the first file")
+    os.replace(other, path)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with Journal.open(path) as new:
+        assert new.storage is not old.storage
+        assert [s.title for s in new.sessions()] == ["from the other file"]
+        assert holders(path) == 1
+        old.close()
+        assert [s.title for s in new.sessions()] == ["from the other file"]
+        assert holders(path) == 1
+    assert holders(path) == 0

@@ -8,7 +8,10 @@ out the one storage a file has in this process, counting its holders; the last `
 it. A storage made directly (`SQLiteStorage(path)`) stays its maker's alone.
 
 The key is the file's real path with the durability (a "normal" and a "full" opener each keep
-theirs: their connections differ) and the process id: a child made by `fork()` opens its own.
+theirs: their connections differ) and the process id: a child made by `fork()` opens its own. A
+storage is handed out again only while the path still names the file it opened (`identity`): a
+file replaced meanwhile (a restore, say) gets a storage of its own, and the old one stays its
+holders' until they let go.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = ["SharedStorages"]
 @dataclass
 class _Entry:
     storage: Storage
+    identity: Hashable
     holders: int = 0
 
 
@@ -37,17 +41,19 @@ class SharedStorages:
         self._open: dict[Hashable, _Entry] = {}
 
     def acquire(
-        self, key: Hashable, make: Callable[[], Storage]
+        self, key: Hashable, make: Callable[[], Storage], identity: Callable[[], Hashable]
     ) -> tuple[Storage, Callable[[], None]]:
-        """The storage of `key` (made now if it has none) and the function that lets go of it;
-        calling that twice lets go once."""
+        """The storage of `key` (made now if it has none, or if `identity()`, what the key names
+        now, differs from what it named when its storage was made) and the function that lets go
+        of it; calling that twice lets go once."""
         key = (os.getpid(), key)
         with self._lock:
             # Made under the lock: two first openers of one file must not make two storages.
             # Opening is rare (a migration at most), so serialising it costs nothing that counts.
             entry = self._open.get(key)
-            if entry is None:
-                entry = self._open[key] = _Entry(make())
+            if entry is None or entry.identity != identity():
+                storage = make()
+                entry = self._open[key] = _Entry(storage, identity())
             entry.holders += 1
         released = False
 

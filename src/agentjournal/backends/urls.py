@@ -85,8 +85,19 @@ def open_storage(
     from agentjournal.backends.sqlite import SQLiteStorage
 
     return SQLITE_FILES.acquire(
-        (os.path.realpath(path), durability), lambda: SQLiteStorage(str(path), durability)
+        (os.path.realpath(path), durability),
+        lambda: SQLiteStorage(str(path), durability),
+        lambda: _file_identity(path),
     )
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file `path` names now (device and inode), None if none."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _postgres() -> ModuleType:
