@@ -31,11 +31,19 @@ LINE_LENGTH = 100  # pyproject.toml, [tool.ruff]
 
 # Written in aio.py: class-level or lifecycle plumbing, and the live streams, which wait in the
 # event loop instead of holding a thread.
-HAND_WRITTEN = {"open", "migrate", "close", "for_tenant", "subscribe", "subscribe_all"}
+HAND_WRITTEN = {
+    "open",
+    "migrate",
+    "close",
+    "describe",
+    "for_tenant",
+    "subscribe",
+    "subscribe_all",
+}
 # No twin: `prepare_batch` does no I/O; `hold_turn` is a sync context manager for the (sync)
 # runtime's threads; `keys` is the sync key store the server and the CLI administer, and
-# `database` a plain value; `describe` reads a URL, no I/O.
-SYNC_ONLY = {"prepare_batch", "hold_turn", "keys", "database", "describe"}
+# `database` a plain value.
+SYNC_ONLY = {"prepare_batch", "hold_turn", "keys", "database"}
 
 BUILTINS = {"bool", "bytes", "dict", "float", "int", "list", "None", "set", "str", "tuple"}
 

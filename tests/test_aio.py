@@ -393,9 +393,9 @@ def test_every_public_verb_of_journal_has_an_async_twin() -> None:
     from agentjournal.aio_verbs import AsyncVerbs
 
     # hold_turn is a sync context manager for the (sync) runtime's threads; prepare_batch does
-    # no I/O. for_tenant makes a view without I/O: sync in both.
+    # no I/O. for_tenant makes a view and describe reads a URL, without I/O: sync in both.
     sync_only = {"prepare_batch", "hold_turn"}
-    sync_in_both = {"for_tenant"}
+    sync_in_both = {"for_tenant", "describe"}
     # dir() walks the bases too: the task verbs are inherited, and need their twins as much.
     verbs = {
         name

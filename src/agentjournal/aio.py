@@ -67,6 +67,11 @@ class AsyncJournal(AsyncVerbs):
         """`Journal.migrate` on a worker thread: create or migrate the journal at `url`."""
         await asyncio.to_thread(Journal.migrate, url, grant_to=grant_to)
 
+    @staticmethod
+    def describe(url: str | Path) -> str:
+        """`Journal.describe`: where `url` points, for a person to read (no I/O)."""
+        return Journal.describe(url)
+
     @property
     def tenant(self) -> str:
         return self.journal.tenant
