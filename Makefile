@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy bench-stream clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy bench-stream bench-wrk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
