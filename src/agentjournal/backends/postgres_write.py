@@ -33,6 +33,7 @@ from agentjournal.backends.projection_rows import (
     ProjectionRows,
     by_tenant,
     encode_session_fields,
+    events_by_key,
     projection_rows,
     task_from_row,
     task_values,
@@ -395,12 +396,7 @@ class PostgresTx:
             " JOIN events AS e USING (session_id, tenant, idempotency_key)",
             (tenants, sessions, idempotency_keys),
         )
-        found = {}
-        for row in rows:
-            event = event_from_row(row[1:])
-            assert event.idempotency_key is not None
-            found[(row[0], event.session_id, event.idempotency_key)] = event
-        return found
+        return events_by_key(rows, event_from_row)
 
     def tool_call_statuses(
         self, keys: Collection[tuple[str, str, str]]

@@ -8,7 +8,7 @@ which effect lands where lives here once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -35,6 +35,7 @@ __all__ = [
     "ProjectionRows",
     "SessionAdvance",
     "by_tenant",
+    "events_by_key",
     "projection_rows",
     "task_from_row",
     "task_values",
@@ -203,6 +204,19 @@ def by_tenant(tenants: Sequence[str], events: Sequence[Event]) -> list[tuple[str
     for tenant, event in zip(tenants, events, strict=True):
         parts.setdefault(tenant, []).append(event)
     return list(parts.items())
+
+
+def events_by_key(
+    rows: Sequence[tuple[Any, ...]], decode: Callable[[tuple[Any, ...]], Event]
+) -> dict[tuple[str, str, str], Event]:
+    """Rows of (tenant, *an event row the backend `decode`s), each of an event that has an
+    idempotency key, by (tenant, session_id, idempotency_key)."""
+    found = {}
+    for row in rows:
+        event = decode(row[1:])
+        assert event.idempotency_key is not None
+        found[(row[0], event.session_id, event.idempotency_key)] = event
+    return found
 
 
 def _advance(advanced: dict[str, SessionAdvance], event: Event) -> None:

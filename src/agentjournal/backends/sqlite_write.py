@@ -16,6 +16,7 @@ from agentjournal.backends.projection_rows import (
     TASK_COLUMN_NAMES,
     by_tenant,
     encode_session_fields,
+    events_by_key,
     projection_rows,
     task_from_row,
     task_values,
@@ -188,12 +189,7 @@ class SQLiteTx:
             " WHERE e.idempotency_key IS NOT NULL",
             (json.dumps(list(keys), ensure_ascii=False),),
         ).fetchall()
-        found = {}
-        for row in rows:
-            event = event_from_row(row[1:])
-            assert event.idempotency_key is not None
-            found[(row[0], event.session_id, event.idempotency_key)] = event
-        return found
+        return events_by_key(rows, event_from_row)
 
     def tool_call_statuses(
         self, keys: Collection[tuple[str, str, str]]
