@@ -16,6 +16,9 @@ order that rotates between rounds, and a figure is the median of the rounds' fig
 - **write**: the median time of one turn's write over the second half of the session's growth,
   at `synchronous = FULL` (SQLite's default in this build, and every peer's) and, for the systems
   that let one choose, at `NORMAL`.
+- **the tail**: the 99th percentile of one turn's write divided by the median, over the first
+  10, 100 and all the turns (at 10 turns the 99th percentile is the slowest), at each durability;
+  a store whose work comes in bursts (a checkpoint, a batch of index maintenance) shows it here.
 - **4 processes × N/5 turns**: four processes each write their own session of one new file at
   once, FULL; turns per second over the wall time from the first write to the last, and how
   many writes failed with "database is locked" (a failed write is counted and not retried).
@@ -241,6 +244,10 @@ def grow(name: str, workdir: str, turns: int, durability: str) -> dict[str, floa
         store.write(n)
         times.append(time.perf_counter() - start)
     result = {"write": statistics.median(times[turns // 2 :])}
+    for window in tail_windows(turns):
+        result[f"tail{window}"] = percentile(times[:window], 0.99) / statistics.median(
+            times[:window]
+        )
     if durability == "full":
         assert len(store.read_all()) == 4 * turns
         assert len(store.read_last(20)) == 20
@@ -249,6 +256,15 @@ def grow(name: str, workdir: str, turns: int, durability: str) -> dict[str, floa
     store.close()
     result["bytes"] = files_size(directory) / turns
     return result
+
+
+def tail_windows(turns: int) -> list[int]:
+    return sorted({min(10, turns), min(100, turns), turns})
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _timed(read: Callable[[], Any], times: int) -> float:
@@ -356,11 +372,18 @@ def table(
             return f"{value * 1000:.2f} ms" if value < 1 else f"{value:.2f} s"
         if unit == "B":
             return f"{value:,.0f}"
+        if unit == "x":
+            return f"{value:.1f}×"
         return f"{value:,.0f}"
 
     rows = [
         ("write one turn, FULL", "full", "write", "ms"),
         ("write one turn, NORMAL", "normal", "write", "ms"),
+        *(
+            (f"p99 ÷ median of one turn @{w:,} turns, {d.upper()}", d, f"tail{w}", "x")
+            for d in ("full", "normal")
+            for w in tail_windows(turns)
+        ),
         (
             f"{PROCESSES} processes × {turns // 5} turns, FULL (turns/s)",
             "together",
@@ -379,7 +402,8 @@ def table(
     for label, kind, key, unit in rows:
         cells = [cell(median(name, kind, key), unit) for name in names]
         ours, raw = median("agentjournal", kind, key), median("raw sqlite3", kind, key)
-        ratio = f"{ours / raw:.2f}" if ours is not None and raw and key != "locked" else "—"
+        comparable = key != "locked" and not key.startswith("tail")
+        ratio = f"{ours / raw:.2f}" if ours is not None and raw and comparable else "—"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
 

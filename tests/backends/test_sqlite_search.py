@@ -1,6 +1,6 @@
-"""The SQLite search index (backends/sqlite_search.py): it follows the journal in batches after
-appends, with its rows built before the write lock, every search sees every committed event, it
-rebuilds, and a SQLite without FTS5 still appends."""
+"""The SQLite search index (backends/sqlite_search.py): a thread follows the journal in batches
+after appends, with its rows built before the write lock, every search sees every committed
+event, it rebuilds, and a SQLite without FTS5 still appends."""
 
 from __future__ import annotations
 
@@ -31,9 +31,34 @@ def test_appends_index_in_batches_and_a_search_sees_the_rest(db_path: Path) -> N
         assert indexed_upto(db_path) == 0  # below BATCH: not yet
         assert [h.seq for h in journal.search("puffin").hits] == [2]
         assert indexed_upto(db_path) == 2  # the search brought it up to date
-        for n in range(BATCH):
+        for n in range(2 * BATCH):
             journal.append(sid, "user_message", {"content": f"gannet {n}"})
-        assert indexed_upto(db_path) == BATCH + 2  # the append that reached BATCH indexed them
+        # The appends that found BATCH waiting woke the follower; no search asked for this.
+        assert journal.storage.wait_for_index(timeout=30)
+        assert indexed_upto(db_path) == 2 * BATCH + 2
+        assert journal.verify().ok
+
+
+def test_the_follower_stops_with_the_journal_and_leaves_the_index_consistent(
+    db_path: Path,
+) -> None:
+    """Closed while the follower may be storing a batch: the index holds whole batches only, and
+    the next open's search sees every event."""
+    with Journal.open(db_path) as journal:
+        sid = journal.create_session("closing").session_id
+        journal.append_many(
+            sid,
+            [
+                {"type": "user_message", "payload": {"content": f"shearwater {n}"}}
+                for n in range(3 * BATCH)
+            ],
+        )
+    upto = indexed_upto(db_path)
+    assert upto in (0, BATCH, 2 * BATCH, 3 * BATCH) or upto == 3 * BATCH + 1
+    assert len(matching(db_path, "shearwater")) == max(0, upto - 1)
+    with Journal.open(db_path) as journal:
+        assert journal.search("shearwater", limit=1).hits
+        assert indexed_upto(db_path) == 3 * BATCH + 1
         assert journal.verify().ok
 
 

@@ -39,8 +39,8 @@ from agentjournal.backends.sqlite_rows import (
 )
 from agentjournal.backends.sqlite_search import (
     BATCH,
-    CATCH_UP_LIMIT,
     Gathered,
+    IndexFollower,
     SearchIndex,
     fts5_available,
 )
@@ -163,6 +163,7 @@ class SQLiteStorage:
             self._writer, self._lock, self.wal, self._search, appends_index=search_index
         )
         self._group = GroupCommit(control, self.signal.notify)
+        self._follower = IndexFollower(self._index_batch)
         # In-process only: two servers on one file would not see each other's turns.
         self._turns = TurnHolds()
 
@@ -268,6 +269,7 @@ class SQLiteStorage:
         return index
 
     def close(self) -> None:
+        self._follower.close()  # it may be storing a batch with the writer connection
         self._closed = True
         with self._readers_lock:
             readers, self._readers = self._readers, []
@@ -310,21 +312,25 @@ class SQLiteStorage:
         return result
 
     def _follow_search(self) -> None:
-        """After a commit: index the events gathered since the mark, once `BATCH` have (see
-        `sqlite_search`). The rows are built before the write lock is taken, and the commit
-        that got here has happened, so a failure here is not the caller's: the index stays as
-        it was, consistent, and the next append or search catches it up."""
+        """After a commit: wake the follower once `BATCH` events wait to be indexed (see
+        `sqlite_search`). The commit that got here has happened; what the follower fails to
+        do is not the caller's: the index stays as it was, consistent, and the next wake or
+        search catches it up."""
         search = self._search
-        if search is None or not search.due() or not search.following.acquire(blocking=False):
-            return
-        try:
-            gathered = search.gather(self._reader(), CATCH_UP_LIMIT, at_least=BATCH)
-            if gathered is not None:
-                self._store_gathered(search, gathered)
-        except (sqlite3.Error, StorageError) as exc:
-            log.warning("search index left to catch up later: %s", exc)
-        finally:
-            search.following.release()
+        if search is not None and search.due():
+            self._follower.wake()
+
+    def _index_batch(self) -> int:
+        """The follower's step: index `BATCH` pending events if that many wait; how many."""
+        search = self._search
+        assert search is not None  # only woken by an append that found the index due
+        gathered = search.gather(self._reader(), BATCH, at_least=BATCH)
+        return 0 if gathered is None else self._store_gathered(search, gathered)
+
+    def wait_for_index(self, timeout: float = 10.0) -> bool:
+        """Wait until the follower has indexed what the appends so far woke it for; False on
+        timeout. (A search needs no wait: it brings the index up to date first.)"""
+        return self._follower.wait_idle(timeout)
 
     def hold_turn(self, tenant: str, session_id: str) -> AbstractContextManager[bool]:
         return self._turns.hold(tenant, session_id)
@@ -632,13 +638,15 @@ class SQLiteStorage:
     def search_index_ids(self, tenant: str, session_id: str) -> tuple[set[int], int]:
         """The session's event ids the index holds, and the event id it is complete up to."""
         self._searchable()
+        # One statement, one snapshot: the follower may store a batch between two reads.
         rows = self._read(
-            "SELECT d.id FROM events AS e JOIN search_index_docsize AS d ON d.id = e.event_id"
+            "SELECT indexed_upto, 1 FROM search_state UNION ALL"
+            " SELECT d.id, 0 FROM events AS e JOIN search_index_docsize AS d ON d.id = e.event_id"
             " WHERE e.session_id = ? AND e.tenant = ?",
             (session_id, tenant),
         )
-        upto = self._read("SELECT indexed_upto FROM search_state")[0][0]
-        return {int(row[0]) for row in rows}, int(upto)
+        upto = next(int(value) for value, is_mark in rows if is_mark)
+        return {int(value) for value, is_mark in rows if not is_mark}, upto
 
 
 def _sqlite_tx(tx: WriteTx) -> SQLiteTx:

@@ -6,36 +6,50 @@ the terms. Its rowid is the event's `event_id`. FTS5 pays per transaction that t
 segment, its structure record, merges): measured on SQLite 3.40, 219 µs per event indexed one
 per transaction against 7 µs in transactions of 64 (bench/README.md, "Search"). So the index
 is not written by every append: `search_state.indexed_upto` says up to which event_id it is
-complete, and once `BATCH` events have gathered after it, the append that saw so indexes them
-after its own commit; every search first brings it up to the newest committed event. The index
-and its mark always move together, in one transaction, so a crash leaves them consistent.
+complete, and once `BATCH` events have gathered after it, an append that commits wakes the
+`IndexFollower`, a thread that indexes them `BATCH` at a time while the appends go on; every
+search first brings the index up to the newest committed event, so no search sees it lag. The
+index and its mark always move together, in one transaction, so a crash leaves them consistent.
 
 Turning text into index rows is most of the index's work (about 550,000 instructions a 4-event
 turn, against some 900,000 for all the rest of the append), and it needs no lock: `gather`
 reads the pending events from a snapshot and builds their rows before the write transaction,
 and `apply` stores them under the write lock if they still hold (no one moved the mark back or
 purged one of those events meanwhile; else it indexes under the lock, as `catch_up` always did).
-Other processes' writers wait only for the inserts.
+Appends wait only for the inserts of one batch, and only if they arrive while it is stored:
+the append that found the index due used to gather and store 256 events itself, about 10 ms,
+which was the whole of the 99th percentile of a turn (bench/README.md, "The tail").
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from agentjournal.search_text import event_text, index_text
 
-__all__ = ["BATCH", "CREATE", "Gathered", "SearchIndex", "configure", "fts5_available"]
+__all__ = [
+    "BATCH",
+    "CREATE",
+    "Gathered",
+    "IndexFollower",
+    "SearchIndex",
+    "configure",
+    "fts5_available",
+]
 
-# Events gathered before an append indexes them; at most CATCH_UP_LIMIT are indexed after one
-# append (a database that predates the index catches up a little per append).
-BATCH: Final = 256
-CATCH_UP_LIMIT: Final = 1024
+log = logging.getLogger("agentjournal.sqlite")
+
+# Events gathered before the follower indexes them, and how many it indexes per transaction:
+# large enough that FTS5's cost per transaction is spread thin, small enough that an append
+# arriving while a batch is stored waits well under a millisecond.
+BATCH: Final = 64
 
 # detail=none: queries are sets of required terms (search_text), never phrases, so positions
 # would only make the index larger and every flush slower.
@@ -94,8 +108,6 @@ class SearchIndex:
         self.upto_hint = 0
         # The newest event_id this process stored (`note`); BATCH past the hint: time to index.
         self.newest_seen = 0
-        # One thread at a time follows the journal after its commit; the others need not wait.
-        self.following = threading.Lock()
 
     def note(self, newest_id: int) -> None:
         """An append stored events up to `newest_id` (called inside its transaction)."""
@@ -189,6 +201,63 @@ class SearchIndex:
         conn.execute("INSERT INTO search_index (search_index) VALUES ('delete-all')")
         conn.execute("UPDATE search_state SET indexed_upto = 0")
         self.upto_hint = 0
+
+
+class IndexFollower:
+    """A thread that runs `step` (index one batch; how many events it indexed) after each
+    `wake`, again and again until a step indexes nothing, then sleeps until woken again. It is
+    started by the first `wake`, so a journal that is only read never has one."""
+
+    def __init__(self, step: Callable[[], int]) -> None:
+        self._step = step
+        self._cond = threading.Condition()
+        self._woken = 0  # wakes asked for
+        self._served = 0  # wakes whose pass has ended
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._woken += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentjournal-search-index", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every wake asked for so far has been served; False on timeout."""
+        with self._cond:
+            goal = self._woken
+            return self._cond.wait_for(lambda: self._served >= goal or self._closed, timeout)
+
+    def close(self) -> None:
+        """Stop the thread after the batch it may be storing (before the connections close)."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._woken > self._served or self._closed)
+                if self._closed:
+                    return
+                goal = self._woken
+            try:
+                while self._step() > 0 and not self._closed:
+                    pass
+            except Exception as exc:  # consistent as it is: the next wake or search catches up
+                log.warning("search index left to catch up later: %s", exc)
+            with self._cond:
+                self._served = goal
+                self._cond.notify_all()
 
 
 def _index_rows(rows: Sequence[tuple[int, str, str]]) -> list[tuple[int, str]]:
