@@ -24,6 +24,7 @@ from typing import Any, Final, TypeVar
 from agentjournal.backends import ApiKeyRow, WriteTx
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.projection_rows import task_from_row
+from agentjournal.backends.sqlite_index_follower import IndexFollower
 from agentjournal.backends.sqlite_lock import WriterLock
 from agentjournal.backends.sqlite_rows import (
     EVENT_COLUMNS,
@@ -39,8 +40,9 @@ from agentjournal.backends.sqlite_rows import (
 )
 from agentjournal.backends.sqlite_search import (
     BATCH,
+    MERGE,
     Gathered,
-    IndexFollower,
+    IndexWork,
     SearchIndex,
     fts5_available,
 )
@@ -325,7 +327,16 @@ class SQLiteStorage:
         search = self._search
         assert search is not None  # only woken by an append that found the index due
         gathered = search.gather(self._reader(), BATCH, at_least=BATCH)
-        return 0 if gathered is None else self._store_gathered(search, gathered)
+        if gathered is None:
+            return 0
+
+        def store_itself(work: IndexWork) -> int:
+            return self._write_index(lambda tx: search.store(_sqlite_tx(tx).conn, work))
+
+        indexed = search.handoff.run(gathered, store_itself)
+        while search.handoff.run(MERGE, store_itself):
+            pass
+        return indexed or 0
 
     def wait_for_index(self, timeout: float = 10.0) -> bool:
         """Wait until the follower has indexed what the appends so far woke it for; False on
@@ -566,12 +577,14 @@ class SQLiteStorage:
                 progress(total)
 
     def _store_gathered(self, search: SearchIndex, gathered: Gathered) -> int:
-        """`search.apply` in a write transaction of its own (as `write`, without following)."""
+        return self._write_index(lambda tx: search.apply(_sqlite_tx(tx).conn, gathered))
+
+    def _write_index(self, work: Callable[[WriteTx], int]) -> int:
+        """Index work in a write transaction of its own (as `write`, without following)."""
         try:
-            result: int = self._group.submit(lambda tx: search.apply(_sqlite_tx(tx).conn, gathered))
+            return self._group.submit(work)
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
-        return result
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the search index from the journal (a database older than the index, or one

@@ -7,48 +7,45 @@ segment, its structure record, merges): measured on SQLite 3.40, 219 µs per eve
 per transaction against 7 µs in transactions of 64 (bench/README.md, "Search"). So the index
 is not written by every append: `search_state.indexed_upto` says up to which event_id it is
 complete, and once `BATCH` events have gathered after it, an append that commits wakes the
-`IndexFollower`, a thread that indexes them `BATCH` at a time while the appends go on; every
-search first brings the index up to the newest committed event, so no search sees it lag. The
-index and its mark always move together, in one transaction, so a crash leaves them consistent.
+follower (`sqlite_index_follower`), a thread that builds their rows and has the next append's
+transaction store them; every search first brings the index up to the newest committed event,
+so no search sees it lag. The index and its mark always move together, in one transaction, so
+a crash leaves them consistent.
 
 Turning text into index rows is most of the index's work (about 550,000 instructions a 4-event
 turn, against some 900,000 for all the rest of the append), and it needs no lock: `gather`
 reads the pending events from a snapshot and builds their rows before the write transaction,
 and `apply` stores them under the write lock if they still hold (no one moved the mark back or
 purged one of those events meanwhile; else it indexes under the lock, as `catch_up` always did).
-Appends wait only for the inserts of one batch, and only if they arrive while it is stored:
-the append that found the index due used to gather and store 256 events itself, about 10 ms,
-which was the whole of the 99th percentile of a turn (bench/README.md, "The tail").
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
-import threading
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
+from agentjournal.backends.sqlite_index_follower import Handoff
 from agentjournal.search_text import event_text, index_text
 
 __all__ = [
     "BATCH",
     "CREATE",
+    "MERGE",
     "Gathered",
-    "IndexFollower",
+    "IndexWork",
     "SearchIndex",
     "configure",
     "fts5_available",
 ]
 
-log = logging.getLogger("agentjournal.sqlite")
 
 # Events gathered before the follower indexes them, and how many it indexes per transaction:
-# large enough that FTS5's cost per transaction is spread thin, small enough that an append
-# arriving while a batch is stored waits well under a millisecond.
+# enough that FTS5's cost per transaction is spread thin, few enough that the append whose
+# transaction stores them pays well under a millisecond more (bench/README.md, "The tail").
 BATCH: Final = 64
 
 # detail=none: queries are sets of required terms (search_text), never phrases, so positions
@@ -59,23 +56,30 @@ CREATE: Final = (
 )
 
 
-# How many segments a level of the index holds before FTS5 merges them into one, right in the
-# transaction that wrote the last. Written a batch at a time, the index was seen to keep up to
-# 16 (this setting's default) small segments side by side, FTS5's gradual merging (`automerge`)
-# never reaching them; each repeats the terms it shares with the others, and a search reads
-# every one. With 4 (and one segment per batch, `_insert`), the index's data took 254 bytes a
-# turn at 1,000 turns of the peers workload instead of 340 (bench/README.md, "Bytes per turn").
-CRISISMERGE: Final = 4
+# How the index's segments are merged. Each batch writes one segment (`_insert`); left alone,
+# FTS5 keeps up to 16 small ones side by side (its default `crisismerge`), each repeating the
+# terms it shares with the others, and a search reads every one: merging levels of 4 took the
+# index's data from 340 to 254 bytes a turn at 1,000 turns of the peers workload (bench/README.md,
+# "Bytes per turn"). But FTS5 merges in the transaction that wrote the segment, and a merge of
+# four levels' worth held the write lock for 2-7 ms, the slowest turns there were. So FTS5's own
+# merging is off (`automerge` 0) and the follower merges levels of `USERMERGE` segments, at most
+# `MERGE_PAGES` pages a step (`merge_step`), each step handed to an append's transaction like a
+# batch; a crisis merge at `CRISISMERGE` segments remains the backstop for an index no follower
+# merges (a rebuild, a SQLite whose follower is not running).
+USERMERGE: Final = 4
+MERGE_PAGES: Final = 8
+CRISISMERGE: Final = 16
+SETTINGS: Final = {"automerge": 0, "usermerge": USERMERGE, "crisismerge": CRISISMERGE}
 
 
 def configure(conn: sqlite3.Connection) -> None:
-    """Give the index its merge setting; FTS5 keeps it in the file, so this writes only once."""
-    found = conn.execute("SELECT v FROM search_index_config WHERE k = 'crisismerge'").fetchone()
-    if found is None or found[0] != CRISISMERGE:
-        conn.execute(
-            "INSERT INTO search_index (search_index, rank) VALUES ('crisismerge', ?)",
-            (CRISISMERGE,),
-        )
+    """Give the index its merge settings; FTS5 keeps them in the file, so this writes once."""
+    found = dict(conn.execute("SELECT k, v FROM search_index_config").fetchall())
+    for key, value in SETTINGS.items():
+        if found.get(key) != value:
+            conn.execute(
+                "INSERT INTO search_index (search_index, rank) VALUES (?, ?)", (key, value)
+            )
 
 
 def fts5_available(conn: sqlite3.Connection) -> bool:
@@ -98,6 +102,11 @@ class Gathered:
     rows: list[tuple[int, str]]
 
 
+# A step of merging (`SearchIndex.merge_step`), as work handed to an append's transaction.
+MERGE: Final = "merge"
+IndexWork: TypeAlias = Gathered | Literal["merge"]
+
+
 class SearchIndex:
     """The index's writes: `gather` on a reader connection, outside any write transaction;
     `apply` and the rest on the writer connection inside one."""
@@ -108,6 +117,8 @@ class SearchIndex:
         self.upto_hint = 0
         # The newest event_id this process stored (`note`); BATCH past the hint: time to index.
         self.newest_seen = 0
+        # The follower's work waiting for the next append's transaction (sqlite_index_follower).
+        self.handoff: Handoff[IndexWork] = Handoff()
 
     def note(self, newest_id: int) -> None:
         """An append stored events up to `newest_id` (called inside its transaction)."""
@@ -183,6 +194,24 @@ class SearchIndex:
         self.upto_hint = upto
         conn.execute("UPDATE search_state SET indexed_upto = ?", (upto,))
 
+    def store(self, conn: sqlite3.Connection, work: IndexWork) -> int:
+        """Inside a write transaction: do the follower's `work`; events indexed, or for a merge
+        step 1 if it merged anything."""
+        if work == MERGE:
+            return int(self.merge_step(conn))
+        assert isinstance(work, Gathered)
+        return self.apply(conn, work)
+
+    def merge_step(self, conn: sqlite3.Connection) -> bool:
+        """Inside a write transaction: up to `MERGE_PAGES` pages of merging levels that hold
+        `USERMERGE` segments; whether there was any to do (FTS5 reports work done as two or
+        more changes)."""
+        before = conn.total_changes
+        conn.execute(
+            "INSERT INTO search_index (search_index, rank) VALUES ('merge', ?)", (MERGE_PAGES,)
+        )
+        return conn.total_changes - before >= 2
+
     def remove_session(self, conn: sqlite3.Connection, tenant: str, session_id: str) -> None:
         """Take the session's indexed events out of the index (before they are deleted: a
         contentless FTS5 row is deleted by giving the text it was indexed with)."""
@@ -201,63 +230,6 @@ class SearchIndex:
         conn.execute("INSERT INTO search_index (search_index) VALUES ('delete-all')")
         conn.execute("UPDATE search_state SET indexed_upto = 0")
         self.upto_hint = 0
-
-
-class IndexFollower:
-    """A thread that runs `step` (index one batch; how many events it indexed) after each
-    `wake`, again and again until a step indexes nothing, then sleeps until woken again. It is
-    started by the first `wake`, so a journal that is only read never has one."""
-
-    def __init__(self, step: Callable[[], int]) -> None:
-        self._step = step
-        self._cond = threading.Condition()
-        self._woken = 0  # wakes asked for
-        self._served = 0  # wakes whose pass has ended
-        self._closed = False
-        self._thread: threading.Thread | None = None
-
-    def wake(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._woken += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="agentjournal-search-index", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until every wake asked for so far has been served; False on timeout."""
-        with self._cond:
-            goal = self._woken
-            return self._cond.wait_for(lambda: self._served >= goal or self._closed, timeout)
-
-    def close(self) -> None:
-        """Stop the thread after the batch it may be storing (before the connections close)."""
-        with self._cond:
-            self._closed = True
-            thread = self._thread
-            self._cond.notify_all()
-        if thread is not None:
-            thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._woken > self._served or self._closed)
-                if self._closed:
-                    return
-                goal = self._woken
-            try:
-                while self._step() > 0 and not self._closed:
-                    pass
-            except Exception as exc:  # consistent as it is: the next wake or search catches up
-                log.warning("search index left to catch up later: %s", exc)
-            with self._cond:
-                self._served = goal
-                self._cond.notify_all()
 
 
 def _index_rows(rows: Sequence[tuple[int, str, str]]) -> list[tuple[int, str]]:

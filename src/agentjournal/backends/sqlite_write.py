@@ -4,6 +4,7 @@ commit drives it with. Valid only inside `SQLiteStorage.write`."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
 from functools import cache
@@ -28,7 +29,7 @@ from agentjournal.backends.sqlite_rows import (
     event_from_row,
     position_number,
 )
-from agentjournal.backends.sqlite_search import SearchIndex
+from agentjournal.backends.sqlite_search import IndexWork, SearchIndex
 from agentjournal.backends.sqlite_wal import WalLimit
 from agentjournal.errors import StorageError
 from agentjournal.events import MESSAGE_ROLES, Event
@@ -36,6 +37,8 @@ from agentjournal.projection import Projection, Task
 from agentjournal.rules import SessionKey, SessionState
 
 __all__ = ["Control", "SQLiteTx"]
+
+log = logging.getLogger("agentjournal.sqlite")
 
 
 # Rows go in as plain VALUES, many to a statement (`_insert_rows`). Measured on SQLite 3.40:
@@ -98,15 +101,39 @@ class Control:
             raise
 
     def commit(self) -> None:
+        search = self.tx.search
+        work = search.handoff.take() if search is not None else None
+        done: int | None = None
         try:
+            if work is not None:
+                assert search is not None
+                done = self._store_index_work(search, work)
             self.conn.execute("COMMIT")
             if self.wal is not None:
                 # Before letting the other processes' writers in: its TRUNCATE checkpoint waits
                 # for SQLite's write lock in the busy handler, which they would keep taking.
                 self.wal.after_commit(self.conn)
         finally:
-            if not self.conn.in_transaction:  # else rollback() releases it
+            committed = not self.conn.in_transaction
+            if work is not None:
+                assert search is not None
+                search.handoff.finish(done if committed else None)
+            if committed:  # else rollback() releases it
                 self.lock.release()
+
+    def _store_index_work(self, search: SearchIndex, work: IndexWork) -> int | None:
+        """The search index's work the follower handed over (sqlite_index_follower), in this
+        transaction under a savepoint of its own: if it fails, the caller's writes still commit
+        and the index stays as it was, to be caught up later."""
+        self.conn.execute("SAVEPOINT search_index")
+        try:
+            return search.store(self.conn, work)
+        except Exception as exc:  # whatever it was, it is not the append's
+            self.conn.execute("ROLLBACK TO search_index")
+            log.warning("search index left to catch up later: %s", exc)
+            return None
+        finally:
+            self.conn.execute("RELEASE search_index")
 
     def rollback(self) -> None:
         try:
