@@ -4,12 +4,13 @@ the file without making an append wait.
 The index is written `BATCH` events at a time (`sqlite_search`). Building a batch's rows is
 Python work and needs no lock, so the follower does it on its own thread. Storing them does need
 the write lock, and a transaction of their own would cost a commit (at `full`, an fsync) that
-the next append waits behind: that wait, 2-3 ms every 16 turns, was the 99th percentile of a
-durable turn (bench/README.md, "The tail"). So the follower hands the batch over (`Handoff`), and
-the next append's transaction stores it just before its COMMIT, under a savepoint (a failure
-there leaves the append alone): one commit for both, and that append pays the inserts only. If
-no append comes within `PATIENCE`, nobody is waiting, and the follower stores the batch itself.
-FTS5's merges of the segments the batches make go the same way, a bounded step at a time.
+the next append waits behind: 2-3 ms every 16 turns, the 99th percentile of a durable turn
+(bench/README.md, "2026-12-06: the tail"). So the follower hands the batch over (`Handoff`),
+and the next append's transaction stores it just before its COMMIT, under a savepoint (a
+failure there leaves the append alone): one commit for both, and that append pays the inserts
+only. If no append comes within `PATIENCE`, nobody is waiting, and the follower stores the
+batch itself. FTS5's merges of the segments the batches make go the same way, a bounded step
+at a time.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ __all__ = [
 
 # Events gathered before the follower indexes them, and how many it indexes per transaction:
 # enough that FTS5's cost per transaction is spread thin, few enough that the append whose
-# transaction stores them pays well under a millisecond more (bench/README.md, "The tail").
+# transaction stores them pays well under a millisecond more (bench/README.md, "2026-12-06:
+# the tail"; 32 made the median turn at `normal` a quarter slower).
 BATCH: Final = 64
 
 # detail=none: queries are sets of required terms (search_text), never phrases, so positions
