@@ -96,6 +96,25 @@ ALLOWED: dict[str, set[str]] = {
     "keys": {"arguments", "backends", "backends.peek", "errors"},
     # Export and import sit on the library's face and append through the same rules.
     "transfer": {"appends", "arguments", "backends", "errors", "events"},
+    # Replication: the target's transaction appends through the rules; the verbs `Journal`
+    # inherits run it; the replicator itself stands on the journal's face (it opens URLs).
+    "replication_apply": {"appends", "arguments", "backends", "errors", "events"},
+    "replication_verbs": {
+        "arguments",
+        "backends",
+        "backends.group_commit",
+        "errors",
+        "replication_apply",
+        "task_verbs",
+    },
+    "replication": {
+        "arguments",
+        "backends",
+        "errors",
+        "events",
+        "journal",
+        "replication_apply",
+    },
     "tasks": {"errors", "projection"},
     "arguments": {"errors"},
     # What every verb stands on, then the read verbs, the task verbs; `Journal` (a face) on all.
@@ -432,7 +451,15 @@ def test_importing_agentjournal_imports_no_framework() -> None:
 
 # `Journal` is written in four modules (`JournalCore`, the read verbs, the task verbs, itself);
 # with its async twin and the backends they are the only code that may hold a storage.
-STORAGE_HOLDERS = {"journal", "journal_core", "read_verbs", "task_verbs", "aio", "aio_verbs"}
+STORAGE_HOLDERS = {
+    "journal",
+    "journal_core",
+    "read_verbs",
+    "task_verbs",
+    "replication_verbs",
+    "aio",
+    "aio_verbs",
+}
 
 
 def storage_uses(path: Path) -> list[int]:
