@@ -56,6 +56,7 @@ SKIPPED = {
     ("postgres.md", 1): "needs a PostgreSQL server at db.internal",
     ("postgres.md", 2): "needs a PostgreSQL server at db.internal",
     ("postgres.md", 5): "needs a PostgreSQL server at db.internal",
+    ("replication.md", 3): "needs a PostgreSQL server at db.internal",
     ("runtime.md", 4): "needs OPENAI_API_KEY",
 }
 
