@@ -86,7 +86,7 @@ def replicate(
     stop: threading.Event | None = None,
     on_batch: Callable[[BatchReport], None] | None = None,
     on_error: Callable[[BaseException, float], None] | None = None,
-    poll_interval: float = 0.5,
+    poll_interval: float = 0.1,
 ) -> ReplicationReport:
     """Apply the source tenant's events to the target, from where the target says this source
     stopped, each exactly once; return what was done.
