@@ -152,7 +152,7 @@ class _Replicator:
         while not stop.is_set():
             seen = signal.version  # before the read: a commit after it ends the wait below
             try:
-                batch = self.round()
+                batch, held_back = self.round()
             except Moved:
                 continue  # another replicator applied a batch: read on from where it stopped
             except (StorageError, OSError) as exc:
@@ -174,7 +174,7 @@ class _Replicator:
                     on_batch(batch)
                 if not batch.caught_up:
                     continue
-            if batch is None and self._held_back():
+            if held_back:
                 # PostgreSQL shows an event in the feed once every older transaction ended.
                 now = time.monotonic()
                 held_back_since = held_back_since or now
@@ -190,20 +190,17 @@ class _Replicator:
             signal.wait(seen, poll_interval)
         return self.report
 
-    def _held_back(self) -> bool:
-        after = self.progress().position or None
-        return self.source.feed_head(after=after) is not None
-
-    def round(self) -> BatchReport | None:
-        """Read one page (and the purges since the last round) and apply it: None if there was
-        nothing to read."""
+    def round(self) -> tuple[BatchReport | None, bool]:
+        """Read one page (and the purges since the last round) and apply it. (None, held back)
+        if there was nothing to read: held back if the source has committed events that its
+        feed does not show yet (PostgreSQL, while an older transaction runs)."""
         expected = self.progress()
         page = self.source.events_all(after=expected.position or None, limit=self.batch_size)
         # Purges read after the page: one that took events the page holds is in this list (or
         # the next round's), and is applied after them.
         purges = self.source.purges(after=expected.purge_position or None, limit=MAX_BATCH)
         if not page and not purges:
-            return None
+            return None, self.source.feed_head(after=expected.position or None) is not None
         batch = ReplicationBatch(
             self.source_id,
             self.source.tenant,
@@ -213,7 +210,7 @@ class _Replicator:
             purges,
             self.batch_size,
         )
-        return self.target.apply_replication_batch(batch)
+        return self.target.apply_replication_batch(batch), False
 
     def prepare(self, event: Event) -> PreparedEvent | JournalError:
         try:
