@@ -313,9 +313,11 @@ def test_a_late_batch_read_before_a_purge_does_not_outlive_it(
     assert target.verify().ok
 
 
-def test_replicating_a_journal_into_itself_is_refused(source: Journal) -> None:
-    with pytest.raises(InvalidArgument, match="same journal"):
+def test_replicating_a_database_into_itself_is_refused(source: Journal) -> None:
+    with pytest.raises(InvalidArgument, match="same database"):
         replicate(source, source)
+    with pytest.raises(InvalidArgument, match="same database"):
+        replicate(source, source.for_tenant("copy"))
 
 
 def test_urls_open_and_close_their_journals(urls: tuple[str, str], source: Journal) -> None:

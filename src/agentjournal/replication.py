@@ -125,8 +125,12 @@ class _Replicator:
         self.target = target
         self.batch_size = batch_size
         self.source_id = source.source_id()
-        if self.source_id == target.source_id() and source.tenant == target.tenant:
-            raise InvalidArgument("the source and the target are the same journal and tenant")
+        if self.source_id == target.source_id():
+            # Task ids are unique across a database's tenants, so a copy there would clash.
+            raise InvalidArgument(
+                f"the source and the target are the same database (source id {self.source_id});"
+                " replicate between two databases"
+            )
         self.report = ReplicationReport(self.source_id, source.tenant, target.tenant)
 
     def progress(self) -> ReplicationProgress:
@@ -147,12 +151,17 @@ class _Replicator:
     ) -> ReplicationReport:
         signal = self.source.commit_signal
         self.report.position = self.progress().position
+        # Catch-up ends once it has applied everything committed before it began (or the
+        # feed holds nothing more): not at the first short page, which on PostgreSQL may only
+        # mean that an older transaction, anywhere in the database, holds the feed back.
+        head = self.source.feed_head()
+        goal = None if head is None else self.source.position_key(head)
         failures = 0
         held_back_since: float | None = None
         while not stop.is_set():
             seen = signal.version  # before the read: a commit after it ends the wait below
             try:
-                batch, held_back = self.round()
+                batch, more = self.round()
             except Moved:
                 continue  # another replicator applied a batch: read on from where it stopped
             except (StorageError, OSError) as exc:
@@ -174,26 +183,31 @@ class _Replicator:
                     on_batch(batch)
                 if not batch.caught_up:
                     continue
-            if held_back:
-                # PostgreSQL shows an event in the feed once every older transaction ended.
-                now = time.monotonic()
-                held_back_since = held_back_since or now
-                if not follow and now - held_back_since > HELD_BACK_WAIT:
-                    raise StorageError(
-                        "the source's feed is held back by a long transaction: events are"
-                        " committed that it does not show yet; end it and run again"
-                    )
-                stop.wait(0.05)
-                continue
             if not follow:
-                break
+                reached = goal is None or self.source.position_key(self.report.position) >= goal
+                if reached or not more:
+                    break
+            if more:
+                if batch is None:
+                    # Nothing shown, yet more is committed: PostgreSQL shows an event in the
+                    # feed once every older transaction has ended.
+                    now = time.monotonic()
+                    held_back_since = held_back_since or now
+                    if not follow and now - held_back_since > HELD_BACK_WAIT:
+                        raise StorageError(
+                            "the source's feed is held back by a long transaction: events are"
+                            " committed that it does not show yet; end it and run again"
+                        )
+                    stop.wait(0.02)
+                continue
             signal.wait(seen, poll_interval)
         return self.report
 
     def round(self) -> tuple[BatchReport | None, bool]:
-        """Read one page (and the purges since the last round) and apply it. (None, held back)
-        if there was nothing to read: held back if the source has committed events that its
-        feed does not show yet (PostgreSQL, while an older transaction runs)."""
+        """Read one page (and the purges since the last round) and apply it: its report (None
+        if there was nothing to read), and after a short page whether the source holds more
+        already (committed meanwhile, or held back from its feed by an older transaction on
+        PostgreSQL)."""
         expected = self.progress()
         page = self.source.events_all(after=expected.position or None, limit=self.batch_size)
         # Purges read after the page: one that took events the page holds is in this list (or
@@ -210,7 +224,11 @@ class _Replicator:
             purges,
             self.batch_size,
         )
-        return self.target.apply_replication_batch(batch), False
+        report = self.target.apply_replication_batch(batch)
+        more = not report.caught_up or (
+            self.source.feed_head(after=report.position or None) is not None
+        )
+        return report, more
 
     def prepare(self, event: Event) -> PreparedEvent | JournalError:
         try:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -65,7 +67,7 @@ def tenant_tables(conn: psycopg.Connection[Any]) -> list[str]:
 def fill(journal: Journal) -> None:
     """Rows of both tenants in every table: sessions, events, the transcript, a tool call and
     its result, a task, an API key, search terms, a purge's audit row, and a replicated session
-    (from a third tenant of the same database) with its progress."""
+    (from a SQLite journal) with its progress."""
     for tenant in TENANTS:
         scoped = journal.for_tenant(tenant)
         sid = scoped.create_session(f"{tenant}'s").session_id
@@ -75,9 +77,9 @@ def fill(journal: Journal) -> None:
         scoped.create_task(sid, "job", {"for": tenant})
         ApiKeys(journal.storage).create(tenant, label=tenant)
         scoped.purge_session(scoped.create_session("to purge").session_id)
-        edge = journal.for_tenant(f"{tenant}-edge")
-        edge.create_session(f"{tenant}'s edge")
-        replicate(edge, scoped)
+        with tempfile.TemporaryDirectory() as folder, Journal.open(Path(folder, "e")) as edge:
+            edge.create_session(f"{tenant}'s edge")
+            replicate(edge, scoped)
 
 
 def test_the_journal_connects_as_a_role_that_owns_nothing_and_bypasses_nothing(
