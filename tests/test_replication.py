@@ -332,3 +332,31 @@ def test_urls_open_and_close_their_journals(urls: tuple[str, str], source: Journ
         assert rows == [
             ReplicatedSession(sid, "default", report.source_id, "ok", None, rows[0].updated_at)
         ]
+
+
+def test_bad_arguments_are_typed_errors_and_write_nothing(source: Journal, target: Journal) -> None:
+    source.create_session("one")
+    for call in (
+        lambda: replicate(source, target, batch_size=0),
+        lambda: replicate(source, target, tenant="*"),
+        lambda: source.purges(after="not a position"),
+        lambda: source.purges(limit=0),
+        lambda: target.replicated_sessions(state="merged"),
+    ):
+        with pytest.raises(InvalidArgument):
+            call()
+    assert target.replication_status() == []
+    assert target.sessions() == []
+
+
+def test_the_purge_audit_reads_in_commit_order_and_resumes(source: Journal) -> None:
+    ids = [source.create_session(f"s{n}").session_id for n in range(3)]
+    for sid in ids:
+        source.purge_session(sid, actor="ops")
+
+    first = source.purges(limit=2)
+    rest = source.purges(after=first[-1].position)
+
+    assert [p.session_id for p in first + rest] == ids
+    assert {(p.purged_by, p.event_count) for p in first + rest} == {("ops", 1)}
+    assert source.purges(after=rest[-1].position) == []
