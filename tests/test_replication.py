@@ -360,3 +360,23 @@ def test_the_purge_audit_reads_in_commit_order_and_resumes(source: Journal) -> N
     assert [p.session_id for p in first + rest] == ids
     assert {(p.purged_by, p.event_count) for p in first + rest} == {("ops", 1)}
     assert source.purges(after=rest[-1].position) == []
+
+
+def test_a_batch_the_database_refuses_is_narrowed_to_its_session(
+    source: Journal, target: Journal
+) -> None:
+    # One source into two tenants of one target: task ids are unique across a database's
+    # tenants, so the second copy of the task is refused by the database, not by a rule.
+    sid = source.create_session("with a task").session_id
+    source.create_task(sid, "report")
+    others = [source.create_session(f"plain {n}").session_id for n in range(3)]
+    replicate(source, target, tenant="first")
+
+    report = replicate(source, target, tenant="second", batch_size=4)
+
+    assert list(report.stopped) == [sid]
+    assert "task" in report.stopped[sid].lower()
+    second = target.for_tenant("second")
+    assert second.get_session(sid).last_seq == 1
+    assert [second.get_session(o).title for o in others] == ["plain 0", "plain 1", "plain 2"]
+    assert second.verify().ok

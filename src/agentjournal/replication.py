@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
 from agentjournal.backends import ReplicationProgress
@@ -132,6 +132,9 @@ class _Replicator:
                 " replicate between two databases"
             )
         self.report = ReplicationReport(self.source_id, source.tenant, target.tenant)
+        # While a batch the database refused is narrowed down: "left", the events still to
+        # read one at a time; "culprit", the refusal of the single event read last.
+        self.narrowing: dict[str, Any] = {}
 
     def progress(self) -> ReplicationProgress:
         for found in self.target.replication_status():
@@ -163,10 +166,13 @@ class _Replicator:
             try:
                 batch, more = self.round()
             except Moved:
-                continue  # another replicator applied a batch: read on from where it stopped
+                # Another replicator applied a batch: read on from where it stopped.
+                self.narrowing.clear()
+                continue
             except (StorageError, OSError) as exc:
                 # The source or the target unreachable (or refusing for a while): nothing of
                 # the round was written; the next one starts again from the target's position.
+                self.narrowing.clear()
                 failures += 1
                 if not follow and failures >= CATCH_UP_ATTEMPTS:
                     raise
@@ -174,6 +180,18 @@ class _Replicator:
                 if on_error is not None:
                     on_error(exc, pause)
                 stop.wait(pause)
+                continue
+            except JournalError as exc:
+                # The database refused the whole batch (not one of the journal's rules: those
+                # stop their session inside it; a task id another tenant of the target holds,
+                # say). Read on one event at a time until the one it refuses is found, which
+                # then stops its session as a rule would.
+                if self.narrowing.get("culprit") is not None:
+                    raise  # even stopping the session was refused: nothing more to narrow
+                if self.narrowing.get("left"):
+                    self.narrowing["culprit"] = exc
+                else:
+                    self.narrowing.update(left=self.batch_size, culprit=None)
                 continue
             failures = 0
             if batch is not None:
@@ -209,22 +227,24 @@ class _Replicator:
         already (committed meanwhile, or held back from its feed by an older transaction on
         PostgreSQL)."""
         expected = self.progress()
-        page = self.source.events_all(after=expected.position or None, limit=self.batch_size)
+        size = 1 if self.narrowing.get("left") else self.batch_size
+        page = self.source.events_all(after=expected.position or None, limit=size)
         # Purges read after the page: one that took events the page holds is in this list (or
         # the next round's), and is applied after them.
         purges = self.source.purges(after=expected.purge_position or None, limit=MAX_BATCH)
         if not page and not purges:
             return None, self.source.feed_head(after=expected.position or None) is not None
+        prepared = [self.prepare(event) for event in page]
+        culprit = self.narrowing.get("culprit")
+        if culprit is not None and page:
+            prepared[0] = culprit  # refused alone too: its session stops here
         batch = ReplicationBatch(
-            self.source_id,
-            self.source.tenant,
-            expected,
-            page,
-            [self.prepare(event) for event in page],
-            purges,
-            self.batch_size,
+            self.source_id, self.source.tenant, expected, page, prepared, purges, size
         )
         report = self.target.apply_replication_batch(batch)
+        if self.narrowing.get("left"):
+            left = 0 if culprit is not None else self.narrowing["left"] - len(page)
+            self.narrowing.update(left=left, culprit=None)
         more = not report.caught_up or (
             self.source.feed_head(after=report.position or None) is not None
         )
