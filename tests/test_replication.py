@@ -339,6 +339,7 @@ def test_bad_arguments_are_typed_errors_and_write_nothing(source: Journal, targe
     for call in (
         lambda: replicate(source, target, batch_size=0),
         lambda: replicate(source, target, tenant="*"),
+        lambda: replicate(source, target, poll_interval=0),
         lambda: source.purges(after="not a position"),
         lambda: source.purges(limit=0),
         lambda: target.replicated_sessions(state="merged"),

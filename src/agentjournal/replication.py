@@ -92,7 +92,8 @@ def replicate(
     stopped, each exactly once; return what was done.
 
     `source`/`target`: a `Journal` (its tenant is used) or a URL (`source_tenant` names the
-    tenant to read; the source must exist). `tenant`: the target tenant (default: the source's).
+    tenant to read; the source must exist). `tenant`: the target tenant (default: the target
+    journal's own, or for a target URL the source tenant's name).
     Without `follow`, returns once caught up (every event committed before the call is applied).
     With `follow`, keeps going, woken by new commits (polling other processes' every
     `poll_interval` seconds), until `stop` is set; a failed round (the target or source
@@ -100,6 +101,10 @@ def replicate(
     report after it committed; `on_error` each failed round's error and the pause before the
     next."""
     check_int(batch_size, "batch_size", 1, MAX_BATCH)
+    if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float):
+        raise InvalidArgument(f"poll_interval must be a number of seconds, got {poll_interval!r}")
+    if not 0 < poll_interval <= 60:
+        raise InvalidArgument(f"poll_interval must be above 0 and at most 60, got {poll_interval}")
     opened: list[Journal] = []
     try:
         if not isinstance(source, Journal):
