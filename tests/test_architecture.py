@@ -210,6 +210,11 @@ ALLOWED: dict[str, set[str]] = {
     "mcp.tools": {"aio", "errors", "events", "projection"},
     "mcp.resources": {"aio", "errors", "mcp.tools"},
     "mcp.transports": {"aio", "mcp"},
+    # OpenTelemetry export: the fold and the span mapping are pure; the exporter and its
+    # checkpoint sit on the library's face.
+    "otel": set(),
+    "otel.turns": {"events"},
+    "otel.spans": {"events", "otel.turns"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {
@@ -226,6 +231,8 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "otel.turns",
+    "otel.spans",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that
 # scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.
