@@ -215,6 +215,15 @@ ALLOWED: dict[str, set[str]] = {
     "otel": set(),
     "otel.turns": {"events"},
     "otel.spans": {"events", "otel.turns"},
+    "otel.checkpoint": {"arguments", "errors", "journal", "otel.turns"},
+    "otel.exporter": {
+        "errors",
+        "events",
+        "journal",
+        "otel.checkpoint",
+        "otel.spans",
+        "otel.turns",
+    },
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {

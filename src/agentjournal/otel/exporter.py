@@ -1,0 +1,286 @@
+"""The exporter: follows a tenant's global feed from its checkpoint, folds each session's events
+into turns and tasks, sends the spans of every one that finished through an OpenTelemetry SDK
+`SpanExporter` (OTLP/HTTP from the command line), and only then advances the checkpoint.
+
+A turn still open when the exporter stops is named in the checkpoint; the next run reads its
+events again from the session and exports it when it ends. A crash after the receiver confirmed
+a batch and before the checkpoint was written sends that batch again on restart, with the same
+ids (spans.py): a receiver that keeps one span per id sees each exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.semconv.schemas import Schemas
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from agentjournal.errors import JournalError, SessionNotFound, StorageError
+from agentjournal.events import Event
+from agentjournal.journal import MAX_PAGE, Journal
+from agentjournal.otel.checkpoint import SESSION_PREFIX, Checkpoint, CheckpointStore
+from agentjournal.otel.spans import SessionInfo, SpanRecord, task_span, turn_spans
+from agentjournal.otel.turns import TURN_TYPES, FinishedTask, SessionFold, Turn
+
+__all__ = ["ExportFailed", "ExportReport", "FeedExporter", "to_readable"]
+
+log = logging.getLogger("agentjournal.otel")
+
+PAGE_SIZE: Final = 500  # feed events read per round trip
+BATCH_SPANS: Final = 512  # spans per export call
+# Feed events read without a span to send before the checkpoint moves anyway (so that a restart
+# does not read them again); a checkpoint is one small event in the journal.
+CHECKPOINT_EVERY: Final = 5_000
+HELD_BACK_SECONDS: Final = 30.0  # how long a run (not following) waits for a held-back feed
+_KINDS: Final = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
+_STATUS: Final = {"unset": StatusCode.UNSET, "ok": StatusCode.OK, "error": StatusCode.ERROR}
+_SCOPE: Final = InstrumentationScope("agentjournal.otel", None, list(Schemas)[-1].value)
+
+
+class ExportFailed(JournalError, ConnectionError):
+    """The span exporter could not deliver a batch (the receiver is down or refused it); the
+    checkpoint did not move."""
+
+
+@dataclass
+class ExportReport:
+    """What one run did: events read, spans the receiver confirmed, checkpoints written."""
+
+    events: int = 0
+    spans: int = 0
+    checkpoints: int = 0
+    position: str | None = None
+    open_turns: int = 0
+    open_tasks: int = 0
+    batches: list[int] = field(default_factory=list)
+
+
+def to_readable(span: SpanRecord, resource: Resource) -> ReadableSpan:
+    """A span record as the SDK's exporters take it."""
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    context = SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=flags)
+    parent = None
+    if span.parent_id is not None:
+        parent = SpanContext(span.trace_id, span.parent_id, is_remote=False, trace_flags=flags)
+    return ReadableSpan(
+        name=span.name,
+        context=context,
+        parent=parent,
+        resource=resource,
+        attributes=span.attributes,
+        kind=_KINDS[span.kind],
+        status=Status(_STATUS[span.status], span.description),
+        start_time=span.start_ns,
+        end_time=span.end_ns,
+        instrumentation_scope=_SCOPE,
+    )
+
+
+class FeedExporter:
+    """Exports the spans of `journal`'s tenant through `span_exporter`, from the checkpoint of
+    the exporter called `name`. `run()` once (until the feed is caught up) or following."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        span_exporter: SpanExporter,
+        *,
+        name: str = "default",
+        capture_content: bool = False,
+        resource: Resource | None = None,
+        page_size: int = PAGE_SIZE,
+        retry_seconds: float = 1.0,
+    ) -> None:
+        self.journal = journal
+        self.span_exporter = span_exporter
+        self.store = CheckpointStore(journal, name)
+        self.capture_content = capture_content
+        self.resource = resource if resource is not None else Resource.create()
+        self.page_size = min(page_size, MAX_PAGE)
+        self.retry_seconds = retry_seconds
+        self._folds: dict[str, SessionFold] = {}
+        self._infos: dict[str, SessionInfo | None] = {}  # None: a session not to export
+        self._copied: dict[str, int] = {}  # a fork's copied events (seq up to this) are not new
+
+    # -- the feed ---------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        follow: bool = False,
+        stop: threading.Event | None = None,
+        poll_interval: float = 0.2,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> ExportReport:
+        """Export from the checkpoint until the feed is caught up (or, with `follow`, until
+        `stop` is set). Every batch the receiver confirmed is followed by a checkpoint.
+        `ExportFailed` if a batch cannot be delivered (when following, it is retried every
+        `retry_seconds` until it is, or until `stop`)."""
+        stop = stop if stop is not None else threading.Event()
+        checkpoint = self.store.load()
+        self._restore(checkpoint)
+        report = ExportReport(position=checkpoint.position)
+        position, saved, unsaved = checkpoint.position, checkpoint.position, 0
+        held_back = 0.0
+        while not stop.is_set():
+            # Caught up means: read through the newest event committed before this read. A short
+            # page is not enough: on PostgreSQL the feed shows an event only once every older
+            # transaction in the database has ended, and until then a reply may look like the
+            # last event of its commit while the calls of that commit are still hidden.
+            head = self.journal.feed_head(after=position)
+            page = (
+                []
+                if head is None
+                else self.journal.events_all(after=position, limit=self.page_size)
+            )
+            finished: list[Turn | FinishedTask] = []
+            for event in page:
+                position = event.position
+                if event.session_id.startswith(SESSION_PREFIX):
+                    continue
+                unsaved += 1
+                finished += self._add(event)
+            report.events += len(page)
+            caught_up = head is None or any(e.position == head for e in page)
+            if caught_up:
+                for fold in self._folds.values():
+                    finished += fold.settle()
+            spans = self._spans(finished)
+            if spans and not self._send(spans, follow, stop, report, on_batch):
+                return report  # stopped while the receiver was down: the checkpoint stays
+            if spans or unsaved >= CHECKPOINT_EVERY or (caught_up and unsaved and not follow):
+                self._save(position, report)
+                saved, unsaved = position, 0
+            if caught_up and not follow:
+                break
+            if page:
+                held_back = 0.0
+                continue
+            if head is not None:  # committed, but held back by an older transaction
+                held_back += poll_interval
+                if held_back > HELD_BACK_SECONDS and not follow:
+                    raise StorageError(
+                        f"the feed is held back at position {position!r}: events up to"
+                        f" {head!r} are committed, but a transaction that began before them has"
+                        f" run for over {HELD_BACK_SECONDS:g} s; end it and run again"
+                    )
+            stop.wait(poll_interval)
+        if follow and unsaved and saved != position:
+            self._save(position, report)  # stopped: resume after what was read, not before
+        report.position = position
+        return report
+
+    def _add(self, event: Event) -> list[Turn | FinishedTask]:
+        info = self._info(event.session_id)
+        if info is None or event.seq <= self._copied.get(event.session_id, 0):
+            return []
+        fold = self._folds.setdefault(event.session_id, SessionFold(event.session_id))
+        return fold.add(event)
+
+    def _info(self, session_id: str) -> SessionInfo | None:
+        if session_id in self._infos:
+            return self._infos[session_id]
+        try:
+            session = self.journal.get_session(session_id)
+        except SessionNotFound:  # purged since: nothing of it is exported
+            info = None
+        else:
+            info = SessionInfo.of(
+                self.journal.tenant,
+                session_id,
+                session.model,
+                session.system_prompt,
+                session.metadata,
+            )
+            if session.forked_at_seq is not None:
+                self._copied[session_id] = session.forked_at_seq
+        self._infos[session_id] = info
+        return info
+
+    def _spans(self, finished: Sequence[Turn | FinishedTask]) -> list[SpanRecord]:
+        spans: list[SpanRecord] = []
+        for item in finished:
+            sid = item.session_id if isinstance(item, Turn) else item.task.session_id
+            info = self._infos.get(sid)
+            if info is None:
+                continue
+            if isinstance(item, Turn):
+                spans += turn_spans(item, info, capture_content=self.capture_content)
+            else:
+                spans.append(task_span(item, info))
+        return spans
+
+    # -- sending and checkpoints ------------------------------------------------------------
+
+    def _send(
+        self,
+        spans: list[SpanRecord],
+        follow: bool,
+        stop: threading.Event,
+        report: ExportReport,
+        on_batch: Callable[[int], None] | None,
+    ) -> bool:
+        """Deliver every span (in batches); False if `stop` came while the receiver was down."""
+        for start in range(0, len(spans), BATCH_SPANS):
+            batch = [to_readable(s, self.resource) for s in spans[start : start + BATCH_SPANS]]
+            while self.span_exporter.export(batch) is not SpanExportResult.SUCCESS:
+                if not follow:
+                    raise ExportFailed(
+                        f"the span exporter could not deliver {len(batch)} spans; the"
+                        " checkpoint did not move (run again to send them)"
+                    )
+                log.warning("could not deliver %d spans; retrying", len(batch))
+                if stop.wait(self.retry_seconds):
+                    return False
+            report.spans += len(batch)
+            report.batches.append(len(batch))
+            if on_batch is not None:
+                on_batch(len(batch))
+        return True
+
+    def _save(self, position: str | None, report: ExportReport) -> None:
+        turns = [(sid, f.turn[0].seq) for sid, f in self._folds.items() if f.turn]
+        tasks = [t for f in self._folds.values() for t in f.tasks.values()]
+        self.store.save(position, turns, tasks)
+        report.checkpoints += 1
+        report.open_turns, report.open_tasks = len(turns), len(tasks)
+        # What is idle need not stay in memory: a session met again is looked up again.
+        for sid in [sid for sid, f in self._folds.items() if f.idle]:
+            del self._folds[sid]
+            self._infos.pop(sid, None)
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Take back what was open at the checkpoint: each open turn's events, read again from
+        its session up to the checkpoint's position, and the open tasks."""
+        self._folds.clear()
+        self._infos.clear()
+        self._copied.clear()
+        if checkpoint.position is None:
+            return  # nothing was read yet, so nothing is open
+        limit = self.journal.position_key(checkpoint.position)
+        for sid, first in checkpoint.turns:
+            if self._info(sid) is None:
+                continue
+            events: list[Event] = []
+            after = first - 1
+            while True:
+                page = self.journal.events(sid, after=after, limit=MAX_PAGE)
+                kept = [e for e in page if self.journal.position_key(e.position) <= limit]
+                events += [e for e in kept if e.type in TURN_TYPES]
+                if len(kept) < len(page) or len(page) < MAX_PAGE:
+                    break
+                after = page[-1].seq
+            fold = self._folds.setdefault(sid, SessionFold(sid))
+            fold.restore_turn(events)
+        for task in checkpoint.tasks:
+            if self._info(task.session_id) is not None:
+                fold = self._folds.setdefault(task.session_id, SessionFold(task.session_id))
+                fold.tasks[task.task_id] = task
