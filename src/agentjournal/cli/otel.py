@@ -104,9 +104,8 @@ def otel_export(
         "agentjournal.otel.exporter",
     )
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
 
-    from agentjournal.otel.exporter import FeedExporter
+    from agentjournal.otel.exporter import FeedExporter, exporter_resource
 
     url = traces_url(otlp_endpoint)
     stop = threading.Event()
@@ -126,7 +125,7 @@ def otel_export(
                 span_exporter,
                 name=name,
                 capture_content=capture_content,
-                resource=Resource.create({"service.name": service_name}),
+                resource=exporter_resource(tenant, name, service_name),
             )
             report = exporter.run(follow=follow, stop=stop, on_batch=on_batch)
     finally:

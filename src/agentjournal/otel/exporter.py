@@ -30,7 +30,7 @@ from agentjournal.otel.checkpoint import SESSION_PREFIX, Checkpoint, CheckpointS
 from agentjournal.otel.spans import SessionInfo, SpanRecord, task_span, turn_spans
 from agentjournal.otel.turns import TURN_TYPES, FinishedTask, SessionFold, Turn
 
-__all__ = ["ExportFailed", "ExportReport", "FeedExporter", "to_readable"]
+__all__ = ["ExportFailed", "ExportReport", "FeedExporter", "exporter_resource", "to_readable"]
 
 log = logging.getLogger("agentjournal.otel")
 
@@ -61,6 +61,14 @@ class ExportReport:
     open_turns: int = 0
     open_tasks: int = 0
     batches: list[int] = field(default_factory=list)
+
+
+def exporter_resource(tenant: str, name: str, service_name: str = "agentjournal") -> Resource:
+    """The spans' resource: `service.name`, and a `service.instance.id` that names this exporter
+    (tenant and name) rather than the process, so that a batch sent again after a restart is
+    the same batch; `OTEL_RESOURCE_ATTRIBUTES` may add to it."""
+    instance = f"{tenant}/{SESSION_PREFIX}{name}"
+    return Resource.create({"service.name": service_name, "service.instance.id": instance})
 
 
 def to_readable(span: SpanRecord, resource: Resource) -> ReadableSpan:
@@ -103,7 +111,9 @@ class FeedExporter:
         self.span_exporter = span_exporter
         self.store = CheckpointStore(journal, name)
         self.capture_content = capture_content
-        self.resource = resource if resource is not None else Resource.create()
+        if resource is None:
+            resource = exporter_resource(journal.tenant, name)
+        self.resource = resource
         self.page_size = min(page_size, MAX_PAGE)
         self.retry_seconds = retry_seconds
         self._folds: dict[str, SessionFold] = {}
