@@ -154,12 +154,10 @@ def _output(step: ModelStep) -> dict[str, Any]:
     return {"role": "assistant", "parts": parts, "finish_reason": finish}
 
 
-def _usage(event: Event | None) -> dict[str, int]:
-    """Token counts an assistant message reports: the runtime's `usage` {prompt_tokens,
-    completion_tokens}, or a LangChain message's `usage_metadata` {input_tokens,
-    output_tokens}."""
-    if event is None:
-        return {}
+def _usage(event: Event) -> dict[str, int]:
+    """Token counts a response reports on its first event: the runtime's `usage`
+    {prompt_tokens, completion_tokens}, or a LangChain message's `usage_metadata`
+    {input_tokens, output_tokens} (on its text, or on its first call when it had no text)."""
     usage = event.payload.get("usage")
     found: dict[str, int] = {}
     if isinstance(usage, Mapping):
@@ -176,9 +174,7 @@ def _usage(event: Event | None) -> dict[str, int]:
     return found
 
 
-def _response_model(event: Event | None) -> str | None:
-    if event is None:
-        return None
+def _response_model(event: Event) -> str | None:
     model = event.payload.get("model")
     if isinstance(model, str):
         return model
@@ -211,7 +207,7 @@ def turn_spans(turn: Turn, info: SessionInfo, *, capture_content: bool = False) 
     totals = {"input": 0, "output": 0}
     children: list[SpanRecord] = []
     for step in steps:
-        usage = _usage(step.message)
+        usage = _usage(step.first)
         for key, value in usage.items():
             totals[key] += value
         children.append(_chat(step, turn, info, trace, agent_id, usage, capture_content))
@@ -224,7 +220,7 @@ def turn_spans(turn: Turn, info: SessionInfo, *, capture_content: bool = False) 
         attributes[gen_ai.GEN_AI_AGENT_NAME] = info.agent
     if info.model is not None:
         attributes[gen_ai.GEN_AI_REQUEST_MODEL] = info.model
-    if any(_usage(s.message) for s in steps):
+    if any(_usage(s.first) for s in steps):
         attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = totals["input"]
         attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = totals["output"]
     attributes["agentjournal.turn.last_seq"] = last.seq
@@ -274,7 +270,7 @@ def _chat(
     attributes[gen_ai.GEN_AI_OPERATION_NAME] = "chat"
     if info.model is not None:
         attributes[gen_ai.GEN_AI_REQUEST_MODEL] = info.model
-    response_model = _response_model(step.message)
+    response_model = _response_model(step.first)
     if response_model is not None:
         attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = response_model
     if "input" in usage:
