@@ -224,6 +224,7 @@ ALLOWED: dict[str, set[str]] = {
         "otel.spans",
         "otel.turns",
     },
+    "otel.background": {"errors", "journal", "otel.exporter"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {

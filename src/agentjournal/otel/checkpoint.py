@@ -66,6 +66,11 @@ class CheckpointStore:
         self.session_id = check_id(SESSION_PREFIX + name, "exporter name")
         self._seq: int | None = None
 
+    @property
+    def seq(self) -> int | None:
+        """The seq of the checkpoint last read or written here (None before `load`)."""
+        return self._seq
+
     def load(self) -> Checkpoint:
         """The last checkpoint written (creating the session on first use)."""
         session, _ = self.journal.create_session_ex(

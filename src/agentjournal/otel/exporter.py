@@ -119,6 +119,9 @@ class FeedExporter:
         self._folds: dict[str, SessionFold] = {}
         self._infos: dict[str, SessionInfo | None] = {}  # None: a session not to export
         self._copied: dict[str, int] = {}  # a fork's copied events (seq up to this) are not new
+        # The checkpoint's seq while what this exporter holds in memory is that checkpoint's
+        # state (it wrote it, or read it): a next run() need not read the open turns again.
+        self._synced: int | None = None
 
     # -- the feed ---------------------------------------------------------------------------
 
@@ -136,7 +139,9 @@ class FeedExporter:
         `retry_seconds` until it is, or until `stop`)."""
         stop = stop if stop is not None else threading.Event()
         checkpoint = self.store.load()
-        self._restore(checkpoint)
+        if self._synced is None or self._synced != self.store.seq:
+            self._restore(checkpoint)
+        self._synced = None  # until the next checkpoint, memory runs ahead of the journal
         report = ExportReport(position=checkpoint.position)
         position, saved, unsaved = checkpoint.position, checkpoint.position, 0
         held_back = 0.0
@@ -185,6 +190,8 @@ class FeedExporter:
             stop.wait(poll_interval)
         if follow and unsaved and saved != position:
             self._save(position, report)  # stopped: resume after what was read, not before
+        elif not unsaved:
+            self._synced = self.store.seq  # only the exporters' own events were read since
         report.position = position
         return report
 
@@ -260,6 +267,7 @@ class FeedExporter:
         turns = [(sid, f.turn[0].seq) for sid, f in self._folds.items() if f.turn]
         tasks = [t for f in self._folds.values() for t in f.tasks.values()]
         self.store.save(position, turns, tasks)
+        self._synced = self.store.seq
         report.checkpoints += 1
         report.open_turns, report.open_tasks = len(turns), len(tasks)
         # What is idle need not stay in memory: a session met again is looked up again.
