@@ -116,6 +116,35 @@ def test_a_bad_endpoint_is_one_line_and_exit_2(db_path: Path, endpoint: str, mes
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_bad_exporter_name_is_one_line_and_writes_nothing(db_path: Path) -> None:
+    with Journal.open(db_path) as journal:
+        before = journal.events_all(limit=1000)
+    done = run(*command(str(db_path), "http://127.0.0.1:4318", "--name", "no spaces please"))
+    assert done.returncode == 2
+    assert "exporter name must be" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    with Journal.open(db_path) as journal:
+        assert journal.events_all(limit=1000) == before
+
+
+def test_checkpoint_db_keeps_the_checkpoint_out_of_the_journal_read(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    source, keeper = tmp_path / "replica.db", tmp_path / "checkpoints.db"
+    agent = build()
+    with Journal.open(source) as journal:
+        agent.run_turn(journal, agent.create_session(journal).session_id, "你好")
+        before = journal.events_all(limit=1000)
+    for _ in range(2):
+        done = run(*command(str(source), receiver.url, "--checkpoint-db", str(keeper)))
+        assert done.returncode == 0, done.stderr
+    assert len(receiver.spans) == 2
+    with Journal.open(source) as journal:
+        assert journal.events_all(limit=1000) == before
+    with Journal.open(keeper) as journal:
+        assert [s.session_id for s in journal.sessions()] == ["otel-export.default"]
+
+
 def test_a_missing_database_is_refused_and_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "nope.db"
     done = run(*command(str(missing), "http://127.0.0.1:4318"))

@@ -215,3 +215,24 @@ def test_forks_purges_and_other_tenants_are_not_exported(
     assert sorted(str(s.attributes[gen_ai.GEN_AI_CONVERSATION_ID]) for s in spans) == sorted(
         [parent, parent, fork, fork]
     )
+
+
+def test_the_checkpoint_may_live_in_another_journal_for_a_replica(
+    tmp_path: Any, receiver: Receiver
+) -> None:
+    with (
+        Journal.open(tmp_path / "replica.db") as replica,
+        Journal.open(tmp_path / "primary.db") as keeper,
+    ):
+        agent = build()
+        agent.run_turn(replica, agent.create_session(replica).session_id, "你好")
+        exporter = OTLPSpanExporter(endpoint=receiver.url, timeout=5)
+        try:
+            runs = [
+                FeedExporter(replica, exporter, checkpoints=keeper).run().spans for _ in range(2)
+            ]
+        finally:
+            exporter.shutdown()
+        assert runs == [2, 0]
+        assert all(not s.session_id.startswith("otel-export.") for s in replica.sessions())
+        assert CheckpointStore(keeper, "default").load().position is not None

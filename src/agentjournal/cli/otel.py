@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from types import FrameType
 from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
@@ -84,6 +84,15 @@ def otel_export(
     service_name: Annotated[
         str, typer.Option(help="The spans' service.name (OTEL_RESOURCE_ATTRIBUTES adds more).")
     ] = "agentjournal",
+    checkpoint_db: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep the checkpoint in this journal (SQLite file or postgresql:// URL)"
+            " instead of --db: for exporting from a read replica. Always pair it with the"
+            " same --db.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = "agent.db",
     tenant: TenantOption = "default",
     as_json: JsonOption = False,
@@ -119,13 +128,19 @@ def otel_export(
 
     span_exporter = OTLPSpanExporter(endpoint=url)
     try:
-        with _stop_on_signals(stop), opened(db, tenant) as journal:
+        with ExitStack() as stack:
+            stack.enter_context(_stop_on_signals(stop))
+            journal = stack.enter_context(opened(db, tenant))
+            checkpoints = None
+            if checkpoint_db is not None:
+                checkpoints = stack.enter_context(opened(checkpoint_db, tenant, create=True))
             exporter = FeedExporter(
                 journal,
                 span_exporter,
                 name=name,
                 capture_content=capture_content,
                 resource=exporter_resource(tenant, name, service_name),
+                checkpoints=checkpoints,
             )
             report = exporter.run(follow=follow, stop=stop, on_batch=on_batch)
     finally:

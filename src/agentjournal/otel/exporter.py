@@ -94,7 +94,8 @@ def to_readable(span: SpanRecord, resource: Resource) -> ReadableSpan:
 
 class FeedExporter:
     """Exports the spans of `journal`'s tenant through `span_exporter`, from the checkpoint of
-    the exporter called `name`. `run()` once (until the feed is caught up) or following."""
+    the exporter called `name` (kept in `journal`, or in `checkpoints` when `journal` is a
+    replica that cannot be written). `run()` once (until the feed is caught up) or following."""
 
     def __init__(
         self,
@@ -106,10 +107,13 @@ class FeedExporter:
         resource: Resource | None = None,
         page_size: int = PAGE_SIZE,
         retry_seconds: float = 1.0,
+        checkpoints: Journal | None = None,
     ) -> None:
         self.journal = journal
         self.span_exporter = span_exporter
-        self.store = CheckpointStore(journal, name)
+        # The checkpoint lives in the journal exported, unless that one cannot be written (a
+        # read replica): then in `checkpoints`, a journal of the same tenant elsewhere.
+        self.store = CheckpointStore(journal if checkpoints is None else checkpoints, name)
         self.capture_content = capture_content
         if resource is None:
             resource = exporter_resource(journal.tenant, name)
@@ -274,6 +278,7 @@ class FeedExporter:
         for sid in [sid for sid, f in self._folds.items() if f.idle]:
             del self._folds[sid]
             self._infos.pop(sid, None)
+            self._copied.pop(sid, None)
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Take back what was open at the checkpoint: each open turn's events, read again from
