@@ -13,7 +13,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
-from agentjournal import Event, Journal
+from agentjournal import Conflict, Event, Journal
 from agentjournal.demo.order_agent import QUERY_ORDERS, build
 from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, CheckpointStore
 from agentjournal.otel.exporter import ExportFailed, FeedExporter
@@ -236,3 +236,39 @@ def test_the_checkpoint_may_live_in_another_journal_for_a_replica(
         assert runs == [2, 0]
         assert all(not s.session_id.startswith("otel-export.") for s in replica.sessions())
         assert CheckpointStore(keeper, "default").load().position is not None
+
+
+def test_two_exporters_of_one_name_cannot_both_move_the_checkpoint(journal: Journal) -> None:
+    agent = build()
+    session = agent.create_session(journal).session_id
+    agent.run_turn(journal, session, "你好")
+    other = FeedExporter(journal, InMemorySpanExporter())
+
+    def meanwhile(spans: int) -> None:
+        other.run()  # a second exporter of the name moves the checkpoint first
+
+    first = FeedExporter(journal, InMemorySpanExporter())
+    with pytest.raises(Conflict, match="another exporter named 'default'"):
+        first.run(on_batch=meanwhile)
+    agent.run_turn(journal, session, "你好")
+    assert first.run().spans == 2  # a later run starts from the checkpoint the other wrote
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 5])
+def test_pages_that_split_a_commit_change_nothing(journal: Journal, page_size: int) -> None:
+    agent = build()
+    session = agent.create_session(journal).session_id
+    for text in ("你好", QUERY_ORDERS, QUERY_ORDERS):
+        agent.run_turn(journal, session, text)
+    whole, paged = InMemorySpanExporter(), InMemorySpanExporter()
+    FeedExporter(journal, whole, name="whole").run()
+    FeedExporter(journal, paged, name="paged", page_size=page_size).run()
+
+    def seen(memory: InMemorySpanExporter) -> list[Any]:
+        return sorted(
+            (s.context.span_id, s.name, s.start_time, s.end_time)
+            for s in memory.get_finished_spans()
+        )
+
+    assert seen(paged) == seen(whole)
+    assert len(seen(whole)) == 10

@@ -148,13 +148,12 @@ class FeedExporter:
         self._synced = None  # until the next checkpoint, memory runs ahead of the journal
         report = ExportReport(position=checkpoint.position)
         position, saved, unsaved = checkpoint.position, checkpoint.position, 0
+        goal: str | None = None  # the feed's head when read, until the pages pass it
         held_back = 0.0
         while not stop.is_set():
-            # Caught up means: read through the newest event committed before this read. A short
-            # page is not enough: on PostgreSQL the feed shows an event only once every older
-            # transaction in the database has ended, and until then a reply may look like the
-            # last event of its commit while the calls of that commit are still hidden.
             head = self.journal.feed_head(after=position)
+            if goal is None:
+                goal = head
             page = (
                 []
                 if head is None
@@ -168,17 +167,19 @@ class FeedExporter:
                 unsaved += 1
                 finished += self._add(event)
             report.events += len(page)
-            caught_up = head is None or any(e.position == head for e in page)
-            if caught_up:
-                for fold in self._folds.values():
-                    finished += fold.settle()
+            if goal is not None and self._passed(position, goal):
+                finished += self._settle(goal)
+                goal = None
             spans = self._spans(finished)
             if spans and not self._send(spans, follow, stop, report, on_batch):
                 return report  # stopped while the receiver was down: the checkpoint stays
-            if spans or unsaved >= CHECKPOINT_EVERY or (caught_up and unsaved and not follow):
+            # A run that does not follow ends at the head it first read (or the next, if new
+            # events came in between): writers that never pause must not keep it going.
+            done = not follow and goal is None
+            if spans or unsaved >= CHECKPOINT_EVERY or (done and unsaved):
                 self._save(position, report)
                 saved, unsaved = position, 0
-            if caught_up and not follow:
+            if done:
                 break
             if page:
                 held_back = 0.0
@@ -198,6 +199,22 @@ class FeedExporter:
             self._synced = self.store.seq  # only the exporters' own events were read since
         report.position = position
         return report
+
+    def _passed(self, position: str | None, goal: str) -> bool:
+        return self.journal.position_key(position or "") >= self.journal.position_key(goal)
+
+    def _settle(self, goal: str) -> list[Turn | FinishedTask]:
+        """The turns that ended with a reply at or before `goal`, a head of the feed that the
+        pages have now passed. Every commit up to a head is whole by then, so such a reply is
+        its commit's last turn event. Not a short page: a page may end inside a newer commit (a
+        reply whose calls are on the next page), and on PostgreSQL the feed holds back events
+        behind an older transaction still running, so a reply can look last while its calls are
+        hidden."""
+        limit = self.journal.position_key(goal)
+        ended: list[Turn | FinishedTask] = []
+        for fold in self._folds.values():
+            ended += fold.settle(lambda e: self.journal.position_key(e.position) <= limit)
+        return ended
 
     def _add(self, event: Event) -> list[Turn | FinishedTask]:
         info = self._info(event.session_id)

@@ -15,7 +15,7 @@ from `task_created` to the event that ends them (completed, cancelled, or failed
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -212,9 +212,10 @@ class SessionFold:
             parent_seq,
         )
 
-    def settle(self) -> list[Turn]:
-        """Everything committed has been read: a turn whose last event is a reply has ended."""
-        if self.turn and self.turn[-1].type == "assistant_message":
+    def settle(self, whole: Callable[[Event], bool] = lambda event: True) -> list[Turn]:
+        """Everything committed up to some point has been read: a turn whose last event is a
+        reply of a commit known to be `whole` has ended."""
+        if self.turn and self.turn[-1].type == "assistant_message" and whole(self.turn[-1]):
             turn = Turn(self.session_id, tuple(self.turn), ended=True)
             self.turn = []
             return [turn]
