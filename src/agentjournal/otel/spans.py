@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -87,10 +87,10 @@ class SpanRecord:
     attributes: dict[str, AttributeValue]
     status: str = "unset"  # "unset", "ok" or "error"
     description: str | None = None
-    events: tuple[tuple[str, int, dict[str, AttributeValue]], ...] = field(default=())
 
 
 def _digest(*parts: object) -> bytes:
+    # Ids (check_id) hold no NUL, so the joined text names its parts unambiguously.
     text = "\x00".join(str(p) for p in parts)
     return hashlib.sha256(text.encode("utf-8")).digest()
 

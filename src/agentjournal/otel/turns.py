@@ -4,9 +4,10 @@ spans of. Pure code, standard library only.
 A turn starts at a user message (or at any turn event that comes while no turn is open: a reply
 that speaks first, a call appended after the reply) and ends at an assistant message that no tool
 call follows in the same commit. The feed does not mark commits, so the fold cannot tell that a
-reply ends its turn until it sees the next event of the session, or until the feed has caught up
-(`settle`): the runtime writes a reply's text and its tool calls in one `append_many`, so once
-everything committed has been read, an assistant message with nothing after it is the last word.
+reply ends its turn until it sees the next event of the session, or until its caller knows that
+the reply's commit has been read whole (`settle`): the runtime writes a reply's text and its
+tool calls in one `append_many`, so a reply with nothing after it in a whole commit is the last
+word.
 
 A model step (one model response) is an assistant message with the tool calls that follow it,
 or a run of tool calls alone: what `replay` folds into one assistant message. Tasks are followed
@@ -70,9 +71,8 @@ class ModelStep:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One turn of one session: its events in seq order (the turn events only), ended (`ended`)
-    by a final reply, or cut short (`cut`: a new user message came first, or the session was
-    deleted)."""
+    """One turn of one session: its events in seq order (the turn events only); `ended` by a
+    final reply, or not (a new user message came first, or the session was deleted)."""
 
     session_id: str
     events: tuple[Event, ...]
