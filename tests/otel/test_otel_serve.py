@@ -80,3 +80,27 @@ def test_serve_exports_every_tenants_turns_until_sigterm(db_path: Path, receiver
     tenants = {s.attributes["agentjournal.tenant"] for s in receiver.unique().values()}
     assert tenants == {"default", "acme"}
     assert len(receiver.spans) == 6
+
+
+def test_the_background_export_retries_what_the_receiver_refused(
+    db_path: Path, receiver: Receiver
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from agentjournal.otel.background import BackgroundExport
+
+    agent = build()
+    with Journal.open(db_path) as journal:
+        agent.run_turn(journal, agent.create_session(journal).session_id, "你好")
+        receiver.refuse = 2  # the first two passes fail; the service goes on
+        export = BackgroundExport(
+            journal, OTLPSpanExporter(endpoint=receiver.url, timeout=5), interval=0.05
+        )
+        export.start()
+        try:
+            wait_for(receiver, 2)
+        finally:
+            export.stop()
+        assert export.passes >= 3
+        assert receiver.requests == 1  # the refused requests were not taken
+    assert len(receiver.spans) == 2

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agentjournal.arguments import check_id
-from agentjournal.errors import Conflict, InvalidArgument
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.journal import Journal
 from agentjournal.otel.turns import OpenTask
 
@@ -73,14 +73,18 @@ class CheckpointStore:
 
     def load(self) -> Checkpoint:
         """The last checkpoint written (creating the session on first use)."""
-        session, _ = self.journal.create_session_ex(
-            f"OpenTelemetry export {self.name}",
-            metadata={"otel_exporter": self.name},
-            session_id=self.session_id,
-            idempotency_key=self.session_id,
-        )
-        last = self.journal.events(self.session_id, last=1)
-        self._seq = last[-1].seq if last else session.last_seq
+        try:
+            last = self.journal.events(self.session_id, last=1)
+        except SessionNotFound:
+            # Created with a key: two exporters starting at once both get the one session.
+            self.journal.create_session(
+                f"OpenTelemetry export {self.name}",
+                metadata={"otel_exporter": self.name},
+                session_id=self.session_id,
+                idempotency_key=self.session_id,
+            )
+            last = self.journal.events(self.session_id, last=1)
+        self._seq = last[-1].seq
         if not last or last[-1].type != CHECKPOINT_TYPE:
             return Checkpoint()
         return Checkpoint.from_payload(last[-1].payload)

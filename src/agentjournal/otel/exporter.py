@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from opentelemetry.sdk.resources import Resource
@@ -60,7 +60,6 @@ class ExportReport:
     position: str | None = None
     open_turns: int = 0
     open_tasks: int = 0
-    batches: list[int] = field(default_factory=list)
 
 
 def exporter_resource(tenant: str, name: str, service_name: str = "agentjournal") -> Resource:
@@ -279,7 +278,6 @@ class FeedExporter:
                 if stop.wait(self.retry_seconds):
                     return False
             report.spans += len(batch)
-            report.batches.append(len(batch))
             if on_batch is not None:
                 on_batch(len(batch))
         return True
