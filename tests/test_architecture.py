@@ -205,6 +205,15 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    "integrations.pydantic_ai_events": {"events", "replay"},
+    "integrations.pydantic_ai": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "replay",
+    },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},
@@ -226,6 +235,7 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "integrations.pydantic_ai_events",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that
 # scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.

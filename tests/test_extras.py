@@ -32,6 +32,7 @@ BLOCKED = (
     "langgraph",
     "openai",
     "anthropic",
+    "pydantic_ai",
 )
 
 CHILD = r"""

@@ -1,0 +1,282 @@
+"""agentjournal as PydanticAI's message history (`pip install 'agentjournal[pydantic-ai]'`).
+
+```python
+from pydantic_ai import Agent
+from agentjournal.integrations.pydantic_ai import JournalHistory, context_window
+
+agent = Agent(model, history_processors=[context_window(max_tokens=8_000)])
+with JournalHistory.open("agent.db", "user-42") as history:  # or postgresql://...
+    result = agent.run_sync("帮我查一下订单数量", message_history=history.load())
+    history.save(result.new_messages())
+```
+
+The conversation `user-42` is the journal session `user-42`, created on the first save. Every
+`save` is one atomic `append_many`; each message part becomes one event as
+`agentjournal.integrations.pydantic_ai_events` says (a user prompt a `user_message`, a tool call a
+`tool_call`, ...), carrying the part itself, so `load` returns messages equal to those saved and
+replay, search, the CLI and the inspector show the conversation like any other.
+`pydantic_ai_store.JournalConversationStore` is PydanticAI's `ConversationStore` on the same
+events. docs/integrations.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+)
+
+from agentjournal.aio import AsyncJournal
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.events import CLEARED, Event
+from agentjournal.integrations.pydantic_ai_events import (
+    call_ids,
+    fit_start,
+    message_events,
+    stored_messages,
+)
+from agentjournal.journal import Durability, Journal
+from agentjournal.replay import Tokenizer
+
+__all__ = ["JournalHistory", "context_window", "dump_messages", "load_messages"]
+
+T = TypeVar("T")
+_PAGE = 10_000  # events read per query when loading a whole session
+_ATTEMPTS = 100  # saves lost to other writers before giving up
+
+
+def dump_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    """`messages` as JSON (what `ModelMessagesTypeAdapter` dumps); `InvalidArgument` for
+    anything that is not a list of `ModelRequest` and `ModelResponse`."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidArgument("messages must be a list of PydanticAI ModelMessage")
+    for index, message in enumerate(messages):
+        if not isinstance(message, ModelRequest | ModelResponse):
+            raise InvalidArgument(
+                f"messages[{index}] must be a ModelRequest or a ModelResponse, "
+                f"not {type(message).__name__}"
+            )
+    dumped: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    return dumped
+
+
+def load_messages(dumped: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
+    """The messages `dump_messages` gave (or the events held)."""
+    return ModelMessagesTypeAdapter.validate_python(list(dumped))
+
+
+class JournalHistory:
+    """One journal session as a PydanticAI conversation's `message_history`.
+
+    `load()` gives every message saved (as `message_history=` takes them), `save(messages)`
+    appends messages (a run's `new_messages()`). `load_async` and `save_async` do the same from
+    async code without blocking the event loop. `title`, `metadata`, `system_prompt` and
+    `model` are used when the journal session is created (on the first save); an existing
+    session is used as it is.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        journal: Journal | AsyncJournal,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        if isinstance(journal, AsyncJournal):
+            self.journal = journal.journal
+            self._async: AsyncJournal | None = journal
+        elif isinstance(journal, Journal):
+            self.journal, self._async = journal, None
+        else:
+            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidArgument("session_id must be a non-empty string")
+        self.session_id = session_id
+        self._fields: dict[str, Any] = {
+            "title": session_id if title is None else title,
+            "metadata": {"integration": "pydantic-ai", **(metadata or {})},
+            "system_prompt": system_prompt,
+            "model": model,
+        }
+        self._owned = False
+        self.last_seq: int | None = None
+        """The session's last seq as of this object's latest `load` or `save` (None before)."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        session_id: str,
+        *,
+        tenant: str = "default",
+        durability: Durability = "full",
+        **session_fields: Any,
+    ) -> JournalHistory:
+        """A history over a journal of its own at `url` (a SQLite path or `postgresql://…`),
+        closed by `close()` or by leaving `with` / `async with`. `session_fields`: title,
+        metadata, system_prompt, model, used when the journal session is created."""
+        journal = Journal.open(url, tenant=tenant, durability=durability)
+        try:
+            history = cls(session_id, journal, **session_fields)
+        except BaseException:
+            journal.close()
+            raise
+        history._owned = True
+        return history
+
+    def close(self) -> None:
+        """Close the journal if `open` opened it (a journal handed in stays open)."""
+        if self._owned:
+            self.journal.close()
+
+    def __enter__(self) -> JournalHistory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalHistory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading and writing ----------------------------------------------------------------
+
+    def load(self) -> list[ModelMessage]:
+        """Every message saved, oldest first (after the newest `clear`); [] for a session that
+        does not exist yet."""
+        try:
+            events = self._events()
+        except SessionNotFound:
+            self.last_seq = None
+            return []
+        self.last_seq = events[-1].seq if events else 0
+        return load_messages([stored.message for stored in stored_messages(events)])
+
+    def save(
+        self, messages: Sequence[ModelMessage], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        """Append `messages` (a run's `new_messages()`) in one atomic `append_many` and return
+        the events written. With `expected_seq`, only if the session's last seq is still that
+        one (`Conflict` otherwise, nothing written): `history.last_seq` after a `load` says
+        that no other writer saved in between."""
+        dumped = dump_messages(messages)
+        if not dumped:
+            return []
+        for _ in range(_ATTEMPTS):
+            last_seq = self._ensure()
+            if expected_seq is not None and expected_seq != last_seq:
+                raise Conflict(
+                    f"session {self.session_id}: expected_seq {expected_seq}, "
+                    f"but its last seq is {last_seq}"
+                )
+            named = call_ids(dumped)
+            calls = self.journal.tool_calls(self.session_id, call_ids=named) if named else []
+            events = message_events(
+                dumped,
+                used_calls={c.call_id for c in calls},
+                open_calls={c.call_id for c in calls if c.status == "pending"},
+            )
+            try:
+                appended = self.journal.append_many(self.session_id, events, expected_seq=last_seq)
+            except Conflict:
+                if self.journal.get_session(self.session_id).last_seq == last_seq:
+                    raise
+                continue  # another writer appended meanwhile: read the calls again
+            self.last_seq = appended[-1].seq
+            return appended
+        raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
+
+    def clear(self) -> None:
+        """Start the history empty: `load` (and every replay) gives nothing before this point.
+        Nothing is deleted (`purge_session` erases)."""
+        try:
+            self.journal.get_session(self.session_id)
+        except SessionNotFound:
+            return
+        self.last_seq = self.journal.append(self.session_id, CLEARED, {}).seq
+
+    async def load_async(self) -> list[ModelMessage]:
+        """`load`, in a worker thread."""
+        return await self._call(self.load)
+
+    async def save_async(
+        self, messages: Sequence[ModelMessage], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        """`save`, in a worker thread."""
+        return await self._call(lambda: self.save(messages, expected_seq=expected_seq))
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if self._async is not None:
+            return await self._async._run(fn)
+        return await asyncio.to_thread(fn)
+
+    def _events(self) -> list[Event]:
+        events: list[Event] = []
+        while True:
+            after = events[-1].seq if events else 0
+            page = self.journal.events(self.session_id, after=after, limit=_PAGE)
+            events += page
+            if len(page) < _PAGE:
+                return events
+
+    def _ensure(self) -> int:
+        """The session's last seq, creating the session first if it does not exist."""
+        try:
+            return self.journal.get_session(self.session_id).last_seq
+        except SessionNotFound:
+            pass
+        try:
+            session = self.journal.create_session(
+                session_id=self.session_id,
+                idempotency_key=f"pydantic-ai:{self.session_id}",
+                **{k: v for k, v in self._fields.items() if v is not None},
+            )
+        except Conflict:  # created by someone else meanwhile (or under other fields)
+            session = self.journal.get_session(self.session_id)
+        return session.last_seq
+
+
+def context_window(
+    max_tokens: int, *, tokenizer: Tokenizer | None = None
+) -> Callable[[list[ModelMessage]], list[ModelMessage]]:
+    """A PydanticAI history processor (`Agent(history_processors=[...])`) that sends the model
+    the longest suffix of the history within `max_tokens`, as the journal's `context` picks it:
+    cut only before a user prompt, so no tool return is parted from its call, with the system
+    prompts kept (moved onto the first request sent) and counted. Tokens are estimated as the
+    journal estimates them, ceil(UTF-8 bytes / 3) + 4 a message, unless `tokenizer` (a callable
+    taking an OpenAI-shape message) is given. `ContextTooLarge` if not even the newest user
+    turn fits."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidArgument(f"max_tokens must be a positive integer, got {max_tokens!r}")
+
+    def keep(messages: list[ModelMessage]) -> list[ModelMessage]:
+        start = fit_start(dump_messages(messages), max_tokens=max_tokens, tokenizer=tokenizer)
+        if start == 0:
+            return messages
+        kept = list(messages[start:])
+        prompts = [
+            part
+            for message in messages[:start]
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, SystemPromptPart)
+        ]
+        first = kept[0]
+        if prompts and isinstance(first, ModelRequest):
+            kept[0] = dataclasses.replace(first, parts=[*prompts, *first.parts])
+        return kept
+
+    return keep
