@@ -214,6 +214,15 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    "integrations.pydantic_ai_store": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "projection",
+    },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},

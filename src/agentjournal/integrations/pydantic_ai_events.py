@@ -38,8 +38,11 @@ from agentjournal.events import MAX_TOKEN_COUNT, Event, NewEvent
 from agentjournal.replay import Tokenizer, fit_context, visible
 
 __all__ = [
+    "DELETED",
+    "DETAILS",
     "MESSAGE",
     "PART",
+    "RECORD",
     "StoredMessage",
     "call_ids",
     "fit_start",
@@ -49,6 +52,10 @@ __all__ = [
 
 PART: Final = "pydantic_ai.part"  # {part[, model_message]}: a part the core types have no place for
 MESSAGE: Final = "pydantic_ai.message"  # {model_message}: a message without parts
+# What `pydantic_ai_store.JournalConversationStore` adds (its module tells the whole story).
+RECORD: Final = "pydantic_ai.record"  # {record, where}: a ConversationRecord as saved
+DETAILS: Final = "pydantic_ai.details"  # {title?, metadata?}: an update of the record's
+DELETED: Final = "pydantic_ai.deleted"  # {revision}: the conversation was deleted
 
 _MIRRORED: Final = {
     "user-prompt": "user_message",
@@ -188,13 +195,13 @@ def _part_of(event: Event) -> dict[str, Any]:
     return part
 
 
-def stored_messages(events: Iterable[Event]) -> list[StoredMessage]:
+def stored_messages(events: Iterable[Event], *, hidden: bool = False) -> list[StoredMessage]:
     """The messages the events (ascending seq) hold, as JSON for `ModelMessagesTypeAdapter`,
-    leaving out what `replay.item_removed` or `replay.cleared` hide and every other event. A
-    part whose message's first event is hidden is left out with it."""
+    leaving out every other event and, unless `hidden`, what `replay.item_removed` or
+    `replay.cleared` hide (a part whose message's first event is hidden goes with it)."""
     found: list[StoredMessage] = []
     current: dict[str, Any] | None = None
-    for event in visible(events):
+    for event in events if hidden else visible(events):
         payload = event.payload
         if not _is_ours(event):
             current = None
