@@ -6,9 +6,7 @@ history processor."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import itertools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,18 +18,10 @@ from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     BinaryContent,
-    CompactionPart,
-    DocumentUrl,
     FilePart,
-    ImageUrl,
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
-    NativeToolCallPart,
-    NativeToolReturnPart,
-    RetryFeedbackPart,
-    RetryInfo,
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -41,7 +31,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
-from pydantic_ai.usage import RequestUsage
 
 from agentjournal import (
     AsyncJournal,
@@ -49,9 +38,11 @@ from agentjournal import (
     ContextTooLarge,
     InvalidArgument,
     Journal,
+    PayloadTooLarge,
 )
 from agentjournal.integrations.pydantic_ai import JournalHistory, context_window
 from agentjournal.integrations.pydantic_ai_events import MESSAGE, PART
+from helpers.pydantic_ai_messages import conversations, round_trip
 from postgres_fixtures import POOL_RANDOM
 
 pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
@@ -74,81 +65,7 @@ def new_id() -> str:
     return f"conversation-{next(_ids)}"
 
 
-def round_trip(messages: list[ModelMessage]) -> list[ModelMessage]:
-    """What PydanticAI itself gives back for `messages` after a JSON round trip."""
-    return ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(messages))
-
-
 # -- every part kind, saved and loaded equal (hypothesis, both backends) ----------------------
-
-# Text the journal stores: JSON has no U+0000 and no lone surrogates.
-text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
-ids = st.text("abcdefghij0123456789_", min_size=1, max_size=12)
-times = st.datetimes(
-    min_value=dt.datetime(2020, 1, 1), max_value=dt.datetime(2030, 1, 1), timezones=st.just(dt.UTC)
-)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
-    max_leaves=8,
-)
-arguments = st.none() | text.map(json.dumps) | st.dictionaries(text, json_values, max_size=3)
-user_content = st.lists(
-    text
-    | st.builds(ImageUrl, url=text.map(lambda t: f"https://example.com/{t}.png"))
-    | st.builds(DocumentUrl, url=text.map(lambda t: f"https://example.com/{t}.pdf"))
-    | st.builds(BinaryContent, data=st.binary(max_size=32), media_type=st.just("image/png")),
-    min_size=1,
-    max_size=3,
-)
-request_parts = st.one_of(
-    st.builds(SystemPromptPart, text, timestamp=times),
-    st.builds(UserPromptPart, text | user_content, timestamp=times),
-    st.builds(
-        ToolReturnPart,
-        tool_name=ids,
-        content=json_values,
-        tool_call_id=ids,
-        timestamp=times,
-        outcome=st.sampled_from(["success", "failed", "denied"]),
-    ),
-    st.builds(
-        RetryFeedbackPart,
-        text,
-        retry=st.builds(RetryInfo, st.just("model_retry")),
-        timestamp=times,
-    ),
-)
-response_parts = st.one_of(
-    st.builds(TextPart, text),
-    st.builds(ThinkingPart, text, signature=st.none() | ids),
-    st.builds(ToolCallPart, tool_name=ids, args=arguments, tool_call_id=ids),
-    st.builds(NativeToolCallPart, tool_name=ids, args=arguments, tool_call_id=ids),
-    st.builds(NativeToolReturnPart, tool_name=ids, content=json_values, tool_call_id=ids),
-    st.builds(
-        FilePart,
-        st.builds(BinaryContent, data=st.binary(max_size=32), media_type=st.just("image/png")),
-    ),
-    st.builds(CompactionPart, st.none() | text),
-)
-requests = st.builds(
-    ModelRequest,
-    st.lists(request_parts, max_size=4),
-    timestamp=times,
-    instructions=st.none() | text,
-    run_id=st.none() | ids,
-)
-responses = st.builds(
-    ModelResponse,
-    st.lists(response_parts, max_size=4),
-    usage=st.builds(
-        RequestUsage, input_tokens=st.integers(0, 10**6), output_tokens=st.integers(0, 10**6)
-    ),
-    model_name=st.none() | ids,
-    timestamp=times,
-    provider_details=st.none() | st.dictionaries(ids, json_values, max_size=2),
-)
-conversations = st.lists(st.one_of(requests, responses), max_size=8)
 
 
 @settings(
@@ -339,6 +256,19 @@ def test_bad_input_is_a_typed_error_with_nothing_written(journal: Journal) -> No
         JournalHistory("", journal)
     with pytest.raises(InvalidArgument):
         context_window(0)
+
+
+def test_a_part_past_the_payload_limit_is_refused_with_nothing_written(tmp_path: Path) -> None:
+    image = BinaryContent(b"\x89PNG" * 2048, media_type="image/png")  # 8 KiB, ~11 KiB as base64
+    with Journal.open(str(tmp_path / "small.db"), max_payload_bytes=4096) as journal:
+        history = JournalHistory("big", journal)
+        with pytest.raises(PayloadTooLarge):
+            history.save([ModelRequest([UserPromptPart(["看这张图", image])])])
+        assert journal.sessions() == [], "not even the session"
+        history.save([ModelRequest([UserPromptPart("一")])])
+        with pytest.raises(PayloadTooLarge):
+            history.save([ModelRequest([UserPromptPart("二")]), ModelResponse([FilePart(image)])])
+        assert [m.content for m in journal.messages("big")] == ["一"]
 
 
 def test_clear_starts_the_history_empty_and_deletes_nothing(journal: Journal) -> None:

@@ -36,9 +36,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from agentjournal import AsyncJournal, Journal
+from agentjournal import AsyncJournal, Journal, PayloadTooLarge
 from agentjournal.integrations.pydantic_ai_events import DELETED, DETAILS, RECORD
 from agentjournal.integrations.pydantic_ai_store import JournalConversationStore
+from helpers.pydantic_ai_messages import conversations, round_trip
 from postgres_fixtures import POOL_RANDOM
 
 pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
@@ -270,6 +271,45 @@ def test_over_an_async_journal(tmp_path: Path) -> None:
             assert [m.parts[0].content for m in loaded.messages] == ["一"]  # type: ignore[union-attr]
 
     asyncio.run(run())
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(messages=conversations, cut=st.integers(0, 8))
+def test_every_part_kind_is_loaded_equal_through_the_store(
+    journal: Journal, messages: list[ModelMessage], cut: int
+) -> None:
+    store = JournalConversationStore(journal)
+    conversation_id = f"kinds-{next(_prefixes)}"
+
+    async def run() -> tuple[list[ModelMessage], list[ModelMessage]]:
+        first = Conversation(conversation_id=conversation_id, messages=messages[:cut])
+        await store.save(first)
+        loaded = await store.load(conversation_id)
+        assert loaded is not None
+        loaded.messages += messages[cut:]
+        await store.save(loaded)
+        again = await store.load(conversation_id)
+        assert again is not None
+        return again.messages, [e.message for e in await store.load_entries(conversation_id) or []]
+
+    loaded, entries = asyncio.run(run())
+    assert loaded == round_trip(messages)
+    assert entries == loaded
+
+
+def test_a_message_past_the_payload_limit_is_refused_with_nothing_written(tmp_path: Path) -> None:
+    big = ModelRequest([UserPromptPart("字" * 4000)])
+
+    async def run(journal: Journal) -> None:
+        store = JournalConversationStore(journal)
+        with pytest.raises(PayloadTooLarge):
+            await store.save(Conversation(conversation_id="big", messages=[big]))
+        assert journal.sessions() == [], "not even the session"
+
+    with Journal.open(str(tmp_path / "small.db"), max_payload_bytes=4096) as journal:
+        asyncio.run(run(journal))
 
 
 # -- the same answers as PydanticAI's own store ------------------------------------------------

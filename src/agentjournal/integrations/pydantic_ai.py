@@ -22,6 +22,7 @@ events. docs/integrations.md has the whole story.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -176,19 +177,27 @@ class JournalHistory:
         if not dumped:
             return []
         for _ in range(_ATTEMPTS):
-            last_seq = self._ensure()
-            if expected_seq is not None and expected_seq != last_seq:
+            try:
+                last_seq: int | None = self.journal.get_session(self.session_id).last_seq
+            except SessionNotFound:
+                last_seq = None
+            if expected_seq is not None and expected_seq != (last_seq or 0):
                 raise Conflict(
                     f"session {self.session_id}: expected_seq {expected_seq}, "
-                    f"but its last seq is {last_seq}"
+                    f"but its last seq is {last_seq or 0}"
                 )
-            named = call_ids(dumped)
+            named = call_ids(dumped) if last_seq is not None else set()
             calls = self.journal.tool_calls(self.session_id, call_ids=named) if named else []
             events = message_events(
                 dumped,
                 used_calls={c.call_id for c in calls},
                 open_calls={c.call_id for c in calls if c.status == "pending"},
             )
+            if last_seq is None:
+                # Bad input is refused before the session is created: nothing is written.
+                self.journal.prepare_batch(events)
+                self._create()
+                continue
             try:
                 appended = self.journal.append_many(self.session_id, events, expected_seq=last_seq)
             except Conflict:
@@ -232,21 +241,14 @@ class JournalHistory:
             if len(page) < _PAGE:
                 return events
 
-    def _ensure(self) -> int:
-        """The session's last seq, creating the session first if it does not exist."""
-        try:
-            return self.journal.get_session(self.session_id).last_seq
-        except SessionNotFound:
-            pass
-        try:
-            session = self.journal.create_session(
+    def _create(self) -> None:
+        """Create the session (someone else may have meanwhile: then it is theirs)."""
+        with contextlib.suppress(Conflict):
+            self.journal.create_session(
                 session_id=self.session_id,
                 idempotency_key=f"pydantic-ai:{self.session_id}",
                 **{k: v for k, v in self._fields.items() if v is not None},
             )
-        except Conflict:  # created by someone else meanwhile (or under other fields)
-            session = self.journal.get_session(self.session_id)
-        return session.last_seq
 
 
 def context_window(

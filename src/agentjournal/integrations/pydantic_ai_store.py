@@ -37,6 +37,7 @@ what a fork keeps; a backend implements five primitives over records and entries
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -247,9 +248,9 @@ class JournalConversationStore(ConversationStore):
             if current is not None:  # an update since the record was read stays
                 record = dataclasses.replace(record, title=current.title, metadata=current.metadata)
             entries = self._copied(record, state) + new_entries
-            last_seq = self._open_session(conversation_id, state.session, record.scope)
             dumped = dump_messages([entry.message for entry in entries])
-            named = call_ids(dumped)
+            opened = state.session is not None and state.session.status != "deleted"
+            named = call_ids(dumped) if opened else set()
             calls = self.journal.tool_calls(conversation_id, call_ids=named) if named else []
             events = message_events(
                 dumped,
@@ -257,6 +258,13 @@ class JournalConversationStore(ConversationStore):
                 open_calls={c.call_id for c in calls if c.status == "pending"},
                 entries=[{"id": entry.id, "parent": entry.parent_id} for entry in entries],
             )
+            if not opened:
+                # Bad input is refused before the session is created (or undeleted).
+                self.journal.prepare_batch([*events, NewEvent(RECORD, _record_payload(record))])
+                self._open_session(conversation_id, state.session, record.scope)
+                continue  # read it again, as it is now
+            assert state.session is not None
+            last_seq = state.session.last_seq
             placed: dict[str, tuple[int, int]] = {}
             seq = last_seq
             for entry, message in zip(entries, dumped, strict=True):
@@ -264,8 +272,7 @@ class JournalConversationStore(ConversationStore):
                 placed[entry.id] = (seq + 1, seq + count)
                 seq += count
             where = self._record_where(record, placed, state)
-            payload = {"record": _RECORDS.dump_python(record, mode="json"), "where": where}
-            events.append(NewEvent(RECORD, payload))
+            events.append(NewEvent(RECORD, _record_payload(record, where)))
             try:
                 self.journal.append_many(conversation_id, events, expected_seq=last_seq)
             except Conflict:
@@ -336,24 +343,18 @@ class JournalConversationStore(ConversationStore):
 
     def _open_session(
         self, conversation_id: str, session: Session | None, scope: str | None
-    ) -> int:
-        """The session's last seq, creating it (or undeleting it) first if needed."""
+    ) -> None:
+        """Create the session, or undelete it."""
         metadata: dict[str, Any] = {"integration": _INTEGRATION}
         if scope is not None:
             metadata["scope"] = scope
         if session is None:
-            try:
-                created = self.journal.create_session(
+            with contextlib.suppress(Conflict):  # created by another writer meanwhile
+                self.journal.create_session(
                     conversation_id, session_id=conversation_id, metadata=metadata
                 )
-            except Conflict:  # created by another writer meanwhile: the append will tell
-                return self.journal.get_session(conversation_id).last_seq
-            return created.last_seq
-        if session.status == "deleted":
-            return self.journal.update_session(
-                conversation_id, status="active", metadata=metadata
-            ).last_seq
-        return session.last_seq
+        else:
+            self.journal.update_session(conversation_id, status="active", metadata=metadata)
 
     def _write_details(
         self,
@@ -448,6 +449,12 @@ class JournalConversationStore(ConversationStore):
             assert stored.entry is not None
             self._where[stored.entry["id"]] = (session_id, stored.first_seq, stored.last_seq)
         return _entries(chain)
+
+
+def _record_payload(
+    record: ConversationRecord, where: dict[str, list[int]] | None = None
+) -> dict[str, Any]:
+    return {"record": _RECORDS.dump_python(record, mode="json"), "where": where or {}}
 
 
 def _ours(session: Session) -> bool:
