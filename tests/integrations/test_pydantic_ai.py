@@ -79,6 +79,7 @@ def test_every_part_kind_is_loaded_equal_to_what_was_saved(
     history = JournalHistory(new_id(), journal)
     bounds = sorted({0, len(messages), *(min(cut, len(messages)) for cut in cuts)})
     for start, end in itertools.pairwise(bounds):  # saved in batches, as runs would
+        assert history.load() == expected[:start]  # from what it read and saved before
         history.save(messages[start:end])
     assert history.load() == expected
     assert JournalHistory(history.session_id, journal).load() == expected  # a fresh reader too
@@ -244,6 +245,25 @@ def test_expected_seq_refuses_a_save_after_another_writer(journal: Journal) -> N
     with pytest.raises(Conflict):
         mine.save([ModelResponse([TextPart("我的回答")])], expected_seq=seen)
     assert [type(m).__name__ for m in mine.load()] == ["ModelRequest", "ModelResponse"]
+
+
+def test_load_reads_what_is_new_and_notices_a_clear_or_a_purge(journal: Journal) -> None:
+    reader, writer = JournalHistory("followed", journal), JournalHistory("followed", journal)
+    one, two = ModelRequest([UserPromptPart("一")]), ModelResponse([TextPart("二")])
+    writer.save([one])
+    assert reader.load() == [one]
+    writer.save([two])
+    assert reader.load() == [one, two]  # what another writer appended since
+    writer.clear()
+    assert reader.load() == []
+    writer.save([two])
+    assert reader.load() == [two]
+    journal.purge_session("followed")
+    assert reader.load() == []
+    writer.save([one, two])
+    journal.purge_session("followed")
+    writer.save([two, one])  # as many events as before, other ones
+    assert reader.load() == [two, one]
 
 
 def test_bad_input_is_a_typed_error_with_nothing_written(journal: Journal) -> None:

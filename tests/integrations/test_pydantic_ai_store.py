@@ -226,6 +226,22 @@ def test_delete_is_a_soft_delete_and_the_id_can_start_again(journal: Journal) ->
     assert [m.content for m in journal.messages("c")] == ["一", "新"]
 
 
+def test_a_purged_conversation_saved_again_is_read_anew(journal: Journal) -> None:
+    store = JournalConversationStore(journal)
+
+    async def run() -> list[ModelMessage]:
+        await store.save(Conversation(conversation_id="c", messages=[_request("一")]))
+        assert await store.load("c") is not None  # the store now knows the session
+        journal.purge_session("c")
+        assert await store.load("c") is None
+        await store.save(Conversation(conversation_id="c", messages=[_request("新")]))
+        loaded = await store.load("c")
+        assert loaded is not None
+        return loaded.messages
+
+    assert asyncio.run(run()) == [_request("新")]
+
+
 def test_update_titles_the_session_too(journal: Journal) -> None:
     store = JournalConversationStore(journal)
 

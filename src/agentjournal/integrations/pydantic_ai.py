@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
-from agentjournal.events import CLEARED, Event
+from agentjournal.events import CLEARED, ITEM_REMOVED, Event
 from agentjournal.integrations.pydantic_ai_events import (
     call_ids,
     fit_start,
@@ -52,6 +52,19 @@ __all__ = ["JournalHistory", "context_window", "dump_messages", "load_messages"]
 T = TypeVar("T")
 _PAGE = 10_000  # events read per query when loading a whole session
 _ATTEMPTS = 100  # saves lost to other writers before giving up
+
+
+_HIDING = frozenset({CLEARED, ITEM_REMOVED})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Known:
+    """What a `JournalHistory` read or saved: the session's last event then (its seq and its
+    id), and the session's messages as JSON."""
+
+    seq: int
+    event_id: int
+    messages: list[dict[str, Any]]
 
 
 def dump_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
@@ -111,6 +124,7 @@ class JournalHistory:
             "model": model,
         }
         self._owned = False
+        self._known: _Known | None = None
         self.last_seq: int | None = None
         """The session's last seq as of this object's latest `load` or `save` (None before)."""
 
@@ -157,14 +171,31 @@ class JournalHistory:
 
     def load(self) -> list[ModelMessage]:
         """Every message saved, oldest first (after the newest `clear`); [] for a session that
-        does not exist yet."""
+        does not exist yet. What this object read or saved before is not read again: only the
+        events appended since (the journal is append-only)."""
         try:
-            events = self._events()
+            session = self.journal.get_session(self.session_id)
         except SessionNotFound:
-            self.last_seq = None
+            self.last_seq, self._known = None, None
             return []
-        self.last_seq = events[-1].seq if events else 0
-        return load_messages([stored.message for stored in stored_messages(events)])
+        known = self._known
+        messages: list[dict[str, Any]] | None = None
+        last = None
+        if known is not None and known.seq <= session.last_seq:
+            # From the last event it knows: the same event still there says the rest is too
+            # (event ids are never reused, so a session purged and made again reads anew).
+            newer = self._events(after=known.seq - 1)
+            same = bool(newer) and newer[0].event_id == known.event_id
+            if same and not any(event.type in _HIDING for event in newer):
+                added = [stored.message for stored in stored_messages(newer[1:])]
+                messages, last = known.messages + added, newer[-1]
+        if messages is None or last is None:  # first read, a clear or removal, a new session
+            events = self._events()
+            messages = [stored.message for stored in stored_messages(events)]
+            last = events[-1]
+        self._known = _Known(last.seq, last.event_id, messages)
+        self.last_seq = last.seq
+        return load_messages(messages)
 
     def save(
         self, messages: Sequence[ModelMessage], *, expected_seq: int | None = None
@@ -204,6 +235,10 @@ class JournalHistory:
                 if self.journal.get_session(self.session_id).last_seq == last_seq:
                     raise
                 continue  # another writer appended meanwhile: read the calls again
+            known = self._known
+            if known is not None and known.seq == last_seq:  # what it saved is known too
+                end = appended[-1]
+                self._known = _Known(end.seq, end.event_id, known.messages + dumped)
             self.last_seq = appended[-1].seq
             return appended
         raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
@@ -232,11 +267,11 @@ class JournalHistory:
             return await self._async._run(fn)
         return await asyncio.to_thread(fn)
 
-    def _events(self) -> list[Event]:
+    def _events(self, after: int = 0) -> list[Event]:
         events: list[Event] = []
         while True:
-            after = events[-1].seq if events else 0
-            page = self.journal.events(self.session_id, after=after, limit=_PAGE)
+            start = events[-1].seq if events else after
+            page = self.journal.events(self.session_id, after=start, limit=_PAGE)
             events += page
             if len(page) < _PAGE:
                 return events

@@ -40,6 +40,8 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -76,6 +78,16 @@ _INTEGRATION = "pydantic-ai"
 _ATTEMPTS = 100  # writes lost to other writers of the same session before giving up
 _MAX_PAGE = 10_000
 _DETAIL_KEYS = ("title", "metadata")
+_SESSIONS_KEPT = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Read:
+    """A session's messages as read: its last event then (seq and id), and the messages."""
+
+    seq: int
+    event_id: int
+    messages: list[StoredMessage]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,6 +115,10 @@ class JournalConversationStore(ConversationStore):
         # Where entries are: id -> (session, first seq, last seq). Facts that never change (the
         # journal is append-only), learnt from every record and entry read or written.
         self._where: dict[str, tuple[str, int, int]] = {}
+        # The messages of the sessions whose whole history was read last (at most
+        # _SESSIONS_KEPT), so that the next load reads only what was appended since.
+        self._known: OrderedDict[str, _Read] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def open(
@@ -133,7 +149,7 @@ class JournalConversationStore(ConversationStore):
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
     ) -> Sequence[ConversationRecord]:
-        return await self._call(self._records, scope, limit)
+        return await self._call(self._list_records, scope, limit)
 
     async def write_record(
         self,
@@ -208,7 +224,7 @@ class JournalConversationStore(ConversationStore):
             before, size = page[0].seq, min(size * 4, _MAX_PAGE)
         return _State(session, None, {})
 
-    def _records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
+    def _list_records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
         records: list[ConversationRecord] = []
         cursor: str | None = None
         while True:
@@ -426,23 +442,64 @@ class JournalConversationStore(ConversationStore):
             raise KeyError(entry_id)
         return _entries(stored[:1])[0]
 
+    def _messages(self, session_id: str) -> list[StoredMessage]:
+        """The session's messages, reading only the events this store has not read before: the
+        journal is append-only, and the same last event still there (event ids are never reused,
+        so a session purged and made again is read anew) says the rest is too."""
+        with self._lock:
+            known = self._known.get(session_id)
+        stored: list[StoredMessage] | None = None
+        if known is not None:
+            newer = self._session_events(session_id, after=known.seq - 1)
+            if newer and newer[0].event_id == known.event_id:
+                stored = known.messages + stored_messages(newer[1:], hidden=True)
+                known = _Read(newer[-1].seq, newer[-1].event_id, stored)
+        if stored is None:
+            events = self._session_events(session_id, after=0)
+            if not events:
+                raise KeyError(session_id)
+            stored = stored_messages(events, hidden=True)
+            known = _Read(events[-1].seq, events[-1].event_id, stored)
+        assert known is not None
+        with self._lock:
+            self._known[session_id] = known
+            self._known.move_to_end(session_id)
+            while len(self._known) > _SESSIONS_KEPT:
+                self._known.popitem(last=False)
+        return stored
+
+    def _session_events(self, session_id: str, *, after: int) -> list[Event]:
+        events: list[Event] = []
+        while True:
+            start = events[-1].seq if events else after
+            try:
+                page = self.journal.events(session_id, after=start, limit=_MAX_PAGE)
+            except SessionNotFound:
+                return []
+            events += page
+            if len(page) < _MAX_PAGE:
+                return events
+
     def _history(self, head_id: str, limit: int | None) -> list[ConversationEntry]:
         where = self._where.get(head_id)
         if where is None:
             raise KeyError(head_id)
         session_id, _, last = where
-        events: list[Event] = []
-        upper, size = last, _MAX_PAGE if limit is None else max(64, 8 * limit)
-        while True:
-            try:
-                page = self.journal.events(session_id, before=upper + 1, last=size)
-            except SessionNotFound:
-                raise KeyError(head_id) from None
-            events[:0] = page
-            chain, complete = _chain(stored_messages(events, hidden=True), head_id, limit)
-            if complete or not page or page[0].seq == 1:
-                break
-            upper, size = page[0].seq - 1, min(size * 4, _MAX_PAGE)
+        if limit is None:  # the whole history: from what this store read of the session before
+            chain, complete = _chain(self._messages(session_id), head_id, None)
+        else:  # the newest `limit`: read backwards, a page at a time
+            events: list[Event] = []
+            upper, size = last, max(64, 8 * limit)
+            while True:
+                try:
+                    page = self.journal.events(session_id, before=upper + 1, last=size)
+                except SessionNotFound:
+                    raise KeyError(head_id) from None
+                events[:0] = page
+                chain, complete = _chain(stored_messages(events, hidden=True), head_id, limit)
+                if complete or not page or page[0].seq == 1:
+                    break
+                upper, size = page[0].seq - 1, min(size * 4, _MAX_PAGE)
         if not complete:
             raise KeyError(head_id)
         for stored in chain:
