@@ -59,12 +59,30 @@ _HIDING = frozenset({CLEARED, ITEM_REMOVED})
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Known:
-    """What a `JournalHistory` read or saved: the session's last event then (its seq and its
-    id), and the session's messages as JSON."""
+    """What a `JournalHistory` read or saved of its session: the last event (its seq and id),
+    the messages as JSON, and the tool calls stored as `tool_call` (call id: still open?)."""
 
     seq: int
     event_id: int
     messages: list[dict[str, Any]]
+    calls: dict[str, bool]
+
+    def extended(
+        self, events: Sequence[Event], messages: list[dict[str, Any]] | None = None
+    ) -> _Known:
+        """With `events`, appended after the last one known (`messages`: theirs, if known)."""
+        if not events:
+            return self
+        calls = dict(self.calls)
+        for event in events:
+            if event.type in ("tool_call", "tool_result"):
+                calls[event.payload["call_id"]] = event.type == "tool_call"
+        if messages is None:
+            messages = [stored.message for stored in stored_messages(events)]
+        return _Known(events[-1].seq, events[-1].event_id, self.messages + messages, calls)
+
+
+_NOTHING = _Known(0, 0, [], {})
 
 
 def dump_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
@@ -173,29 +191,16 @@ class JournalHistory:
         """Every message saved, oldest first (after the newest `clear`); [] for a session that
         does not exist yet. What this object read or saved before is not read again: only the
         events appended since (the journal is append-only)."""
-        try:
-            session = self.journal.get_session(self.session_id)
-        except SessionNotFound:
-            self.last_seq, self._known = None, None
-            return []
-        known = self._known
-        messages: list[dict[str, Any]] | None = None
-        last = None
-        if known is not None and known.seq <= session.last_seq:
-            # From the last event it knows: the same event still there says the rest is too
-            # (event ids are never reused, so a session purged and made again reads anew).
-            newer = self._events(after=known.seq - 1)
-            same = bool(newer) and newer[0].event_id == known.event_id
-            if same and not any(event.type in _HIDING for event in newer):
-                added = [stored.message for stored in stored_messages(newer[1:])]
-                messages, last = known.messages + added, newer[-1]
-        if messages is None or last is None:  # first read, a clear or removal, a new session
-            events = self._events()
-            messages = [stored.message for stored in stored_messages(events)]
-            last = events[-1]
-        self._known = _Known(last.seq, last.event_id, messages)
-        self.last_seq = last.seq
-        return load_messages(messages)
+        known = self._refreshed()
+        if known is None:  # first read, a clear or a removal since, or a new session
+            try:
+                known = _NOTHING.extended(self._events())
+            except SessionNotFound:
+                self.last_seq = None
+                return []
+            self._known = known
+        self.last_seq = known.seq
+        return load_messages(known.messages)
 
     def save(
         self, messages: Sequence[ModelMessage], *, expected_seq: int | None = None
@@ -208,21 +213,27 @@ class JournalHistory:
         if not dumped:
             return []
         for _ in range(_ATTEMPTS):
-            try:
-                last_seq: int | None = self.journal.get_session(self.session_id).last_seq
-            except SessionNotFound:
-                last_seq = None
+            known = self._refreshed()
+            last_seq: int | None
+            if known is not None:  # what it read: the session's calls are known
+                last_seq, calls = known.seq, known.calls
+            else:
+                try:
+                    last_seq = self.journal.get_session(self.session_id).last_seq
+                except SessionNotFound:
+                    last_seq = None
+                named = call_ids(dumped) if last_seq is not None else set()
+                found = self.journal.tool_calls(self.session_id, call_ids=named) if named else []
+                calls = {c.call_id: c.status == "pending" for c in found}
             if expected_seq is not None and expected_seq != (last_seq or 0):
                 raise Conflict(
                     f"session {self.session_id}: expected_seq {expected_seq}, "
                     f"but its last seq is {last_seq or 0}"
                 )
-            named = call_ids(dumped) if last_seq is not None else set()
-            calls = self.journal.tool_calls(self.session_id, call_ids=named) if named else []
             events = message_events(
                 dumped,
-                used_calls={c.call_id for c in calls},
-                open_calls={c.call_id for c in calls if c.status == "pending"},
+                used_calls=calls.keys(),
+                open_calls={call_id for call_id, open_ in calls.items() if open_},
             )
             if last_seq is None:
                 # Bad input is refused before the session is created: nothing is written.
@@ -234,14 +245,36 @@ class JournalHistory:
             except Conflict:
                 if self.journal.get_session(self.session_id).last_seq == last_seq:
                     raise
-                continue  # another writer appended meanwhile: read the calls again
-            known = self._known
-            if known is not None and known.seq == last_seq:  # what it saved is known too
-                end = appended[-1]
-                self._known = _Known(end.seq, end.event_id, known.messages + dumped)
+                continue  # another writer appended meanwhile: read what it wrote
+            if known is not None:
+                self._known = known.extended(appended, dumped)
             self.last_seq = appended[-1].seq
             return appended
         raise Conflict(f"session {self.session_id}: other writers kept appending; try again")
+
+    def _refreshed(self) -> _Known | None:
+        """What this object knows, with what was appended since; None if it knows nothing or
+        its knowledge no longer holds (a clear or a removal since: read everything again)."""
+        known = self._known
+        if known is None:
+            return None
+        try:
+            # The last event it knows, then the newer ones: the same event still there says
+            # the rest is too (event ids are never reused: a session purged and made again,
+            # even to as many events, is read anew).
+            newer = self._events(after=known.seq - 1)
+        except SessionNotFound:
+            newer = []
+        fresh = newer[1:]
+        if (
+            not newer
+            or newer[0].event_id != known.event_id
+            or any(e.type in _HIDING for e in fresh)
+        ):
+            self._known = None
+            return None
+        self._known = known = known.extended(fresh)
+        return known
 
     def clear(self) -> None:
         """Start the history empty: `load` (and every replay) gives nothing before this point.
@@ -251,6 +284,7 @@ class JournalHistory:
         except SessionNotFound:
             return
         self.last_seq = self.journal.append(self.session_id, CLEARED, {}).seq
+        self._known = None
 
     async def load_async(self) -> list[ModelMessage]:
         """`load`, in a worker thread."""
