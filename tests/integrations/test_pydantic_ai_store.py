@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -134,6 +134,37 @@ def test_run_sync_continues_a_conversation_from_the_store(
         assert loaded.messages == result.all_messages()
     finally:
         store.close()
+
+
+def test_a_run_paused_for_approval_resumes_from_the_store(journal: Journal) -> None:
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        TestModel(), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str) -> str:
+        return "refunded"
+
+    async def run() -> None:
+        store = JournalConversationStore(journal)
+        paused = await agent.run("退款", conversation=Conversation(conversation_id="refund"))
+        assert isinstance(paused.output, DeferredToolRequests)
+        await store.save(paused)
+        # Another process, later: the calls waiting for approval come back with the messages.
+        loaded = await JournalConversationStore(journal).load("refund")
+        assert loaded is not None
+        assert loaded.deferred_tool_requests == paused.output
+        approved = loaded.deferred_tool_requests.build_results(approve_all=True)
+        resumed = await agent.run(conversation=loaded, deferred_tool_results=approved)
+        assert resumed.output == '{"refund":"refunded"}'
+        await store.save(resumed)
+        done = await store.load("refund")
+        assert done is not None
+        assert done.deferred_tool_requests is None
+        assert done.messages == resumed.all_messages()
+
+    asyncio.run(run())
+    assert journal.tool_calls("refund")[0].result == "refunded"
 
 
 def test_two_writers_of_one_revision_cannot_both_save(journal: Journal) -> None:
