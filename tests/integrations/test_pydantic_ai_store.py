@@ -273,6 +273,22 @@ def test_a_purged_conversation_saved_again_is_read_anew(journal: Journal) -> Non
     assert asyncio.run(run()) == [_request("新")]
 
 
+def test_an_entry_is_read_by_its_id_from_another_store(journal: Journal) -> None:
+    async def run() -> None:
+        writer = JournalConversationStore(journal)
+        await writer.save(Conversation(conversation_id="other", messages=[_request("别的")]))
+        entries = await writer.save(
+            Conversation(conversation_id="c", messages=[_request("一"), _request("二")])
+        )
+        reader = JournalConversationStore(journal)  # another process: it has met no entry
+        entry = await reader.read_entry(entries[1].id)
+        assert entry == entries[1]
+        with pytest.raises(LookupError):
+            await reader.read_entry("no-such-entry")
+
+    asyncio.run(run())
+
+
 def test_update_titles_the_session_too(journal: Journal) -> None:
     store = JournalConversationStore(journal)
 

@@ -432,7 +432,7 @@ class JournalConversationStore(ConversationStore):
         raise ConversationConflict(conversation_id)
 
     def _read_entry(self, entry_id: str) -> ConversationEntry:
-        where = self._where.get(entry_id)
+        where = self._where.get(entry_id) or self._find(entry_id)
         if where is None:
             raise KeyError(entry_id)
         session_id, first, last = where
@@ -479,6 +479,24 @@ class JournalConversationStore(ConversationStore):
             events += page
             if len(page) < _MAX_PAGE:
                 return events
+
+    def _find(self, entry_id: str) -> tuple[str, int, int] | None:
+        """Where an entry this store has not met is: every conversation of the tenant is read
+        until it is found (PydanticAI's own flows never need this; a caller that kept an entry
+        id from another process may)."""
+        cursor: str | None = None
+        while True:
+            page = self.journal.sessions(limit=200, cursor=cursor)
+            for session in page:
+                if _ours(session):
+                    located = self._locate(session.session_id, {entry_id})
+                    if entry_id in located:
+                        first, last = located[entry_id]
+                        self._where[entry_id] = (session.session_id, first, last)
+                        return self._where[entry_id]
+            if len(page) < 200:
+                return None
+            cursor = page[-1].last_position
 
     def _history(self, head_id: str, limit: int | None) -> list[ConversationEntry]:
         where = self._where.get(head_id)
