@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,41 @@ def test_load_reads_what_is_new_and_notices_a_clear_or_a_purge(journal: Journal)
     journal.purge_session("followed")
     writer.save([two, one])  # as many events as before, other ones
     assert reader.load() == [two, one]
+
+
+def test_concurrent_savers_of_one_session_keep_every_turn_whole(journal_url: str) -> None:
+    """Two journals on one database (as two processes would have), each with its own history
+    object, load and save turns of one session at once: every turn is stored, each in one
+    piece, and each saver's calls are the journal's tool calls."""
+    rounds = 15
+
+    def writer(name: str) -> None:
+        with Journal.open(journal_url) as journal:
+            history = JournalHistory("busy", journal)
+            for turn in range(rounds):
+                history.load()
+                call_id = f"{name}-{turn}"
+                history.save(
+                    [
+                        ModelRequest([UserPromptPart(call_id)]),
+                        ModelResponse([ToolCallPart("lookup", {"turn": turn}, call_id)]),
+                        ModelRequest([ToolReturnPart("lookup", turn, call_id)]),
+                        ModelResponse([TextPart(f"done {call_id}")]),
+                    ]
+                )
+
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(writer, name) for name in ("a", "b")]:
+            done.result()
+    with Journal.open(journal_url) as journal:
+        messages = JournalHistory("busy", journal).load()
+        assert len(messages) == 2 * rounds * 4
+        for start in range(0, len(messages), 4):  # each turn's four messages together
+            prompt = messages[start].parts[0].content  # type: ignore[union-attr]
+            assert messages[start + 3].parts[0].content == f"done {prompt}"  # type: ignore[union-attr]
+        calls = journal.tool_calls("busy")
+        assert len(calls) == 2 * rounds
+        assert all(call.status == "ok" for call in calls)
 
 
 def test_bad_input_is_a_typed_error_with_nothing_written(journal: Journal) -> None:
