@@ -117,6 +117,10 @@ class Agent:
             self._mcp = MCPTools()
         self._mcp.add(servers)
 
+    @property
+    def mcp_servers(self) -> list[MCPServer]:
+        return [] if self._mcp is None else self._mcp.servers
+
     def offered_tools(self) -> dict[str, Tool]:
         """The tools the model is offered now, by name: the Python tools and the tools of the
         MCP servers that are up (a Python tool wins a name both have)."""
