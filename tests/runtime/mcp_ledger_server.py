@@ -74,6 +74,12 @@ def slow(seconds: float) -> str:
 
 
 @server.tool()
+def crash() -> str:
+    """Ends the server's process without answering."""
+    os._exit(1)
+
+
+@server.tool()
 def huge(chars: int) -> str:
     """A result of `chars` characters."""
     return "x" * chars

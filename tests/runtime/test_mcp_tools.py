@@ -148,12 +148,31 @@ def test_failures_are_error_results_the_model_reads(journal: Journal, tmp_path: 
     assert journal.verify().ok
 
 
+def test_a_server_that_dies_mid_call_is_started_again(journal: Journal, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    scripts = {
+        "crash": Script("{result}", tool="ledger__crash"),
+        "order": Script("{result}", tool="ledger__place_order", arguments={"item": "pen"}),
+    }
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(ledger)])
+    try:
+        sid = agent.create_session(journal).session_id
+        crashed = agent.run_turn(journal, sid, "crash").reply
+        ordered = agent.run_turn(journal, sid, "order").reply
+    finally:
+        agent.close()
+    assert crashed.startswith(f"{ERROR_PREFIX}MCP server 'ledger' failed during crash: ")
+    assert crashed.endswith("(it may or may not have taken effect)")
+    assert ordered == "ordered 1 x pen (order #1)"  # by a new server process
+
+
 @pytest.mark.parametrize(
     ("command", "args"),
     [
         ("/nonexistent/mcp-server", []),  # cannot be started
         (sys.executable, ["-c", "import sys; sys.exit(3)"]),  # starts, and exits at once
     ],
+    ids=["missing", "exits"],
 )
 def test_a_server_that_does_not_start_costs_its_tools_not_the_turn(
     journal: Journal, command: str, args: list[str]

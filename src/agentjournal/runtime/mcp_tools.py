@@ -31,6 +31,7 @@ from typing import Any
 import httpx2
 import mcp_types as types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from agentjournal.errors import InvalidArgument
 from agentjournal.runtime.mcp_servers import MCPServer
@@ -52,6 +53,8 @@ SEPARATOR = "__"
 INVOCATION_META = "agentjournal/invocation"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_PAGES = 100
+# Errors that say the server did not run the call at all.
+_REFUSALS = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -203,6 +206,10 @@ class MCPTools:
         """Every tool of every server that is up, by the name the model calls it; servers not
         connected yet are started first (at once, each within its `start_timeout`)."""
         with self._lock:
+            for name in list(self._offered):  # a server that ended since: start it again
+                connection = self._connections.get(name)
+                if connection is None or connection.client is None:
+                    self._forget(name)
             now = time.monotonic()
             waiting = [
                 server
@@ -273,11 +280,18 @@ class MCPTools:
                 f"MCP server {server.name!r} did not answer {tool} within {server.timeout:g} s"
                 " (it may or may not have taken effect)"
             ) from None
-        except Exception as exc:
-            # A protocol error (an unknown tool, bad arguments) or a broken connection: the
-            # server may have done the work before it failed to answer.
-            if _is_protocol_error(exc):
-                raise ToolFailed(f"MCP server {server.name!r}: {_describe(exc, server)}") from exc
+        except MCPError as exc:
+            if exc.code in _REFUSALS:  # it did not run the call: an unknown tool, bad arguments
+                raise ToolFailed(
+                    f"MCP server {server.name!r} refused {tool}: {exc.message}"
+                ) from exc
+            if exc.code == types.CONNECTION_CLOSED:
+                self._drop(server.name)
+            raise ToolFailed(
+                f"MCP server {server.name!r} failed during {tool}: {exc.message}"
+                " (it may or may not have taken effect)"
+            ) from exc
+        except Exception as exc:  # the transport broke: the server may have done the work
             self._drop(server.name)
             raise ToolFailed(
                 f"MCP server {server.name!r} failed during {tool}: {_describe(exc, server)}"
@@ -291,9 +305,12 @@ class MCPTools:
     def _drop(self, name: str) -> None:
         """Forget a broken connection; the next listing connects again."""
         with self._lock:
-            self._offered.pop(name, None)
-            connection = self._connections.pop(name, None)
-            self._failed[name] = (time.monotonic() - RETRY_SECONDS, "its connection broke")
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        self._offered.pop(name, None)
+        connection = self._connections.pop(name, None)
+        self._failed[name] = (time.monotonic() - RETRY_SECONDS, "its connection broke")
         if connection is not None:
             asyncio.run_coroutine_threadsafe(connection.close(), _mcp_loop())
 
@@ -331,12 +348,6 @@ class MCPTools:
                 await asyncio.gather(*(c.close() for c in connections))
 
             asyncio.run_coroutine_threadsafe(close_all(), _mcp_loop()).result()
-
-
-def _is_protocol_error(exc: Exception) -> bool:
-    from mcp.shared.exceptions import MCPError
-
-    return isinstance(exc, MCPError)
 
 
 def _describe(exc: BaseException, server: MCPServer) -> str:
