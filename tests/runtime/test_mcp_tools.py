@@ -250,7 +250,10 @@ def test_agentjournals_own_mcp_over_http_with_a_bearer_key(tmp_path: Path) -> No
                 payload = journal_calls(tmp_path / f"agent-{id(server)}.db", sid)[0]
                 assert payload["mcp_server"] == "memory"
             else:
-                assert reply.startswith(f"{ERROR_PREFIX}MCP server 'memory' is not available")
+                assert reply == (
+                    f"{ERROR_PREFIX}MCP server 'memory' is not available: it answered HTTP 401"
+                    " (check its headers: a key, a token?)"
+                )
     finally:
         running.stop()
 

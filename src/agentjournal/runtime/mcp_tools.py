@@ -97,6 +97,11 @@ class _Connection:
         self.client: Client | None = None
         self._closing: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._refused: int | None = None  # an HTTP server's error status, which the SDK drops
+
+    async def _note(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self._refused = response.status_code
 
     async def open(self) -> list[types.Tool]:
         """Start the server (or connect to it) and list its tools, within `start_timeout`."""
@@ -106,6 +111,8 @@ class _Connection:
         try:
             return await asyncio.wait_for(asyncio.shield(ready), self.server.start_timeout)
         except BaseException:
+            # Whatever the holder says later is not asked for: retrieve it, unreported.
+            ready.add_done_callback(lambda done: done.cancelled() or done.exception())
             await self.close()
             raise
 
@@ -120,7 +127,14 @@ class _Connection:
                 await self._closing.wait()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError(exc))
+                if not isinstance(exc, Exception):
+                    ready.cancel()
+                elif self._refused is not None:
+                    status = self._refused
+                    hint = " (check its headers: a key, a token?)" if status in (401, 403) else ""
+                    ready.set_exception(ConnectionError(f"it answered HTTP {status}{hint}"))
+                else:
+                    ready.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -137,7 +151,9 @@ class _Connection:
             )
         assert server.url is not None
         http = httpx2.AsyncClient(
-            headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+            headers=dict(server.headers),
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            event_hooks={"response": [self._note]},
         )
         stack.push_async_callback(http.aclose)
         return streamable_http_client(server.url, http_client=http)
@@ -353,6 +369,8 @@ class MCPTools:
 def _describe(exc: BaseException, server: MCPServer) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer within {server.start_timeout:g} s"
+    if type(exc) is ConnectionError:  # this module's own words
+        return str(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(inner, server) for inner in exc.exceptions)
     text = str(exc) or type(exc).__name__
