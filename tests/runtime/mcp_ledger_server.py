@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("ledger", log_level="CRITICAL")
@@ -71,6 +71,12 @@ def slow(seconds: float) -> str:
     """Answers after `seconds`."""
     time.sleep(seconds)
     return "slept"
+
+
+@server.tool()
+def invocation(ctx: Context) -> str:
+    """The invocation key the caller sent in the request's `_meta`."""
+    return str((ctx.request_context.meta or {}).get("agentjournal/invocation"))
 
 
 @server.tool()

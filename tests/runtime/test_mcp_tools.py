@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentjournal import Journal
+from agentjournal import Event, Journal
 from agentjournal.runtime import (
     Agent,
     MCPServer,
@@ -22,6 +23,7 @@ from agentjournal.runtime import (
     RequestedCall,
     Script,
     ScriptedModel,
+    TextDelta,
     Tool,
 )
 from agentjournal.runtime.agent import ERROR_PREFIX, INTERRUPTED
@@ -29,6 +31,7 @@ from agentjournal.runtime.mcp_tools import MAX_RESULT_CHARS
 from server.conftest import create_keys, launch
 
 LEDGER_SERVER = Path(__file__).with_name("mcp_ledger_server.py")
+TURN = ["user_message", "tool_call", "tool_result", "assistant_message"]
 
 
 def ledger_server(ledger: Path, **options: Any) -> MCPServer:
@@ -111,6 +114,45 @@ def test_a_turn_uses_mcp_tools_beside_python_tools(journal: Journal, tmp_path: P
     assert "mcp_server" not in calls[2]
     assert [c.status for c in journal.tool_calls(sid)] == ["ok", "ok", "ok"]
     assert journal.verify().ok
+
+
+def test_calls_from_turns_on_many_threads_share_one_connection(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """As `serve` runs turns: several at once, each on its own thread and session; each call
+    carries its invocation key (stable across reruns of the call) in `_meta`."""
+    ledger = tmp_path / "ledger"
+    scripts = {
+        "order": Script("{result}", tool="ledger__place_order", arguments={"item": "cup"}),
+        "key": Script("{result}", tool="ledger__invocation"),
+    }
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(ledger)])
+    sids = [agent.create_session(journal).session_id for _ in range(6)]
+    try:
+        with ThreadPoolExecutor(len(sids)) as pool:
+            replies = list(pool.map(lambda sid: agent.run_turn(journal, sid, "order"), sids))
+        key = agent.run_turn(journal, sids[0], "key").reply
+    finally:
+        agent.close()
+    # (The order numbers are the ledger's line counts, which calls running at once may share.)
+    assert all(r.reply.startswith("ordered 1 x cup (order #") for r in replies)
+    assert lines(ledger) == ["order cup x1"] * len(sids)
+    assert key == f"{sids[0]}:call_2"
+
+
+def test_a_streamed_turn_journals_mcp_calls_the_same_way(journal: Journal, tmp_path: Path) -> None:
+    scripts = {"look": Script("found {result}", tool="ledger__lookup", arguments={"sku": "x"})}
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(tmp_path / "ledger")])
+    try:
+        sid = agent.create_session(journal).session_id
+        items = list(agent.stream_turn(journal, sid, "look"))
+    finally:
+        agent.close()
+    events = [item for item in items if isinstance(item, Event)]
+    assert [e.type for e in events] == TURN
+    assert events[1].payload["mcp_server"] == "ledger"
+    assert json.loads(events[2].payload["content"])["sku"] == "x"
+    assert any(isinstance(item, TextDelta) for item in items)
 
 
 def test_failures_are_error_results_the_model_reads(journal: Journal, tmp_path: Path) -> None:
