@@ -2,9 +2,10 @@
 
 ```python
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
 from agentjournal.integrations.pydantic_ai import JournalHistory, context_window
 
-agent = Agent(model, history_processors=[context_window(max_tokens=8_000)])
+agent = Agent(model, capabilities=[ProcessHistory(context_window(max_tokens=8_000))])
 with JournalHistory.open("agent.db", "user-42") as history:  # or postgresql://...
     result = agent.run_sync("帮我查一下订单数量", message_history=history.load())
     history.save(result.new_messages())
@@ -323,13 +324,14 @@ class JournalHistory:
 def context_window(
     max_tokens: int, *, tokenizer: Tokenizer | None = None
 ) -> Callable[[list[ModelMessage]], list[ModelMessage]]:
-    """A PydanticAI history processor (`Agent(history_processors=[...])`) that sends the model
-    the longest suffix of the history within `max_tokens`, as the journal's `context` picks it:
-    cut only before a user prompt, so no tool return is parted from its call, with the system
-    prompts kept (moved onto the first request sent) and counted. Tokens are estimated as the
-    journal estimates them, ceil(UTF-8 bytes / 3) + 4 a message, unless `tokenizer` (a callable
-    taking an OpenAI-shape message) is given. `ContextTooLarge` if not even the newest user
-    turn fits."""
+    """A PydanticAI history processor (`Agent(capabilities=[ProcessHistory(...)])`) that
+    sends the model the longest suffix of the history within `max_tokens`, as the journal's
+    `context` picks it: cut only before a user prompt, so no tool return is parted from its
+    call, with the system prompts kept (moved onto the first request sent) and counted. Tokens
+    are estimated as the journal estimates them, ceil(UTF-8 bytes / 3) + 4 a message, unless
+    `tokenizer` (a callable taking an OpenAI-shape message) is given; parts the journal keeps
+    as `pydantic_ai.part` (thinking, images) are not counted. `ContextTooLarge` if not even
+    the newest user turn fits."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgument(f"max_tokens must be a positive integer, got {max_tokens!r}")
 
