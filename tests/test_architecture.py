@@ -136,11 +136,16 @@ ALLOWED: dict[str, set[str]] = {
         "events",
         "journal",
         "projection",
+        "runtime.mcp_servers",
+        "runtime.mcp_tools",
         "runtime.model_loop",
         "runtime.shapes",
         "runtime.turn_stream",
     },
     "runtime.shapes": {"events"},
+    # MCP servers as tools: their specs are plain data; connecting them needs the mcp extra.
+    "runtime.mcp_servers": {"errors"},
+    "runtime.mcp_tools": {"errors", "runtime.mcp_servers", "runtime.shapes"},
     # Streaming stands on the shapes, not on the loop (which offers it: stream_turn).
     "runtime.model_loop": {"errors", "runtime.shapes", "runtime.streaming"},
     "runtime.turn_stream": {
@@ -167,8 +172,10 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {
         "runtime.agent",
         "runtime.anthropic_model",
+        "runtime.mcp_servers",
         "runtime.model_loop",
         "runtime.models",
+        "runtime.shapes",
         "runtime.resume",
         "runtime.streaming",
         "runtime.turn_stream",
@@ -204,6 +211,24 @@ ALLOWED: dict[str, set[str]] = {
         "integrations.responses",
         "journal",
         "replay",
+    },
+    "integrations.pydantic_ai_events": {"events", "replay"},
+    "integrations.pydantic_ai": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "replay",
+    },
+    "integrations.pydantic_ai_store": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "projection",
     },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
@@ -241,6 +266,7 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "integrations.pydantic_ai_events",
     "otel.turns",
     "otel.spans",
 }
