@@ -102,6 +102,8 @@ def test_runtime_turns_arrive_as_genai_spans_with_ids_from_the_journal(
     assert agent2.attributes[gen_ai.GEN_AI_CONVERSATION_ID] == session
     assert agent2.attributes[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_agent"
     assert chat1.attributes[gen_ai.GEN_AI_REQUEST_MODEL] == "scripted-1"
+    assert chat1.attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] == ["stop"]
+    assert chat2a.attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] == ["tool_call"]
     assert chat1.kind == 3
     assert tool.kind == 1
     assert not any("订单" in str(s.attributes) for s in spans.values())  # no content by default

@@ -96,7 +96,7 @@ def test_a_runtime_turn_is_one_invoke_agent_span_over_its_chat_and_tool_spans() 
     assert agent.attributes[gen_ai.GEN_AI_CONVERSATION_ID] == "s1"
     assert chat1.attributes[gen_ai.GEN_AI_OPERATION_NAME] == "chat"
     assert chat1.attributes[gen_ai.GEN_AI_REQUEST_MODEL] == "gpt-test"
-    assert chat1.attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] == "tool_call"
+    assert chat1.attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_call",)
     assert chat2.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] == 30
     assert chat2.attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
     assert gen_ai.GEN_AI_USAGE_INPUT_TOKENS not in chat1.attributes

@@ -38,7 +38,7 @@ __all__ = [
     "turn_spans",
 ]
 
-AttributeValue = str | bool | int | float
+AttributeValue = str | bool | int | float | tuple[str, ...]
 _NS: Final = 1_000_000  # journal timestamps are milliseconds
 
 
@@ -278,7 +278,7 @@ def _chat(
     if "output" in usage:
         attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = usage["output"]
     finish = "tool_call" if step.calls else "stop"
-    attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = finish  # one response: one reason
+    attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)  # a list: one per choice
     if capture_content:
         # The turn's own messages before this response (the model also saw the session's
         # earlier turns: replay() rebuilds that whole context from the journal).
