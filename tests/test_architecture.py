@@ -205,6 +205,8 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    "integrations.adk_events": {"events"},
+    "integrations.adk": {"aio", "errors", "events", "integrations.adk_events", "journal"},
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},
@@ -226,6 +228,7 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "integrations.adk_events",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that
 # scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.
@@ -424,7 +427,7 @@ def test_importing_agentjournal_imports_no_framework() -> None:
     code = (
         "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp'}))"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp', 'google'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -32,6 +32,7 @@ BLOCKED = (
     "langgraph",
     "openai",
     "anthropic",
+    "google",
 )
 
 CHILD = r"""

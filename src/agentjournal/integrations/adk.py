@@ -1,0 +1,548 @@
+"""agentjournal as Google ADK's session service (`pip install 'agentjournal[adk]'`).
+
+```python
+from google.adk.runners import Runner
+from agentjournal.integrations.adk import JournalSessionService
+
+async with JournalSessionService.open("agent.db") as sessions:  # or postgresql://...
+    runner = Runner(agent=agent, app_name="shop", session_service=sessions)
+```
+
+Every ADK session is a journal session and every ADK `Event` one atomic `append_many` of the
+journal's own events (a user message, the agent's text, its tool calls and results) with the
+event itself on the last of them, so `get_session` returns exactly the events appended and the
+CLI, the inspector, search and replay show the conversation. `agentjournal.integrations.
+adk_events` says what is stored where; docs/integrations.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeVar
+
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event as AdkEvent
+from google.adk.platform import time as platform_time
+from google.adk.platform import uuid as platform_uuid
+from google.adk.sessions import _session_util
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
+
+from agentjournal.aio import AsyncJournal
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.events import Event
+from agentjournal.integrations.adk_events import (
+    APP_STATE,
+    SESSION_LISTED,
+    SESSION_UNLISTED,
+    USER_LISTED,
+    USER_STATE,
+    call_ids,
+    carried,
+    event_batch,
+    journal_id,
+    listed,
+    session_metadata,
+)
+from agentjournal.journal import Durability, Journal
+
+__all__ = ["JournalSessionService"]
+
+T = TypeVar("T")
+_PAGE = 200  # events read per step when reading a session backwards
+_ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
+_KNOWN = 4096  # sessions whose (last seq, state seq) this service remembers
+_STALE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+
+class _Head:
+    """What the newest events of an ADK session say: its last seq, the time of its last
+    update, and where its own state is."""
+
+    __slots__ = ("last_seq", "state", "state_seq", "updated")
+
+    def __init__(self, last_seq: int, updated: float, state_seq: int, state: Any) -> None:
+        self.last_seq, self.updated, self.state_seq, self.state = (
+            last_seq,
+            updated,
+            state_seq,
+            state,
+        )
+
+
+class JournalSessionService(BaseSessionService):
+    """ADK's `BaseSessionService` over a `Journal` or an `AsyncJournal`, in its tenant.
+
+    As ADK's `DatabaseSessionService`: `app:` state is shared by an app's sessions, `user:`
+    state by a user's sessions in that app, `temp:` state is never stored; a session loaded
+    before someone else appended to it raises `StaleSessionError` on append (reload it), while
+    appends through one session object in this process take turns. Unlike it, `get_session`
+    reads only the events it returns (`num_recent_events`, `after_timestamp`), `list_sessions`
+    of one user reads that user's sessions only, and events keep the order they were appended
+    in (not re-sorted by timestamp).
+    """
+
+    def __init__(self, journal: Journal | AsyncJournal) -> None:
+        if isinstance(journal, AsyncJournal):
+            self.journal = journal.journal
+            self._async: AsyncJournal | None = journal
+        elif isinstance(journal, Journal):
+            self.journal, self._async = journal, None
+        else:
+            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self._owned = False
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, asyncio.Lock] = {}
+        # journal session id -> (last seq, state seq), as this service last wrote or read it
+        self._known: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    @classmethod
+    def open(
+        cls, url: str, *, tenant: str = "default", durability: Durability = "full"
+    ) -> JournalSessionService:
+        """A service over a journal of its own at `url` (a SQLite path or `postgresql://…`),
+        closed by `close()` or by leaving `async with`."""
+        service = cls(Journal.open(url, tenant=tenant, durability=durability))
+        service._owned = True
+        return service
+
+    async def close(self) -> None:
+        """Close the journal if `open` opened it (a journal handed in stays open)."""
+        if self._owned:
+            self.journal.close()
+
+    async def __aenter__(self) -> JournalSessionService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- BaseSessionService -----------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        _check_names(app_name, user_id, session_id, optional=("session_id",))
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidArgument("state must be a dict")
+        sid = platform_uuid.new_uuid() if session_id is None else session_id
+        deltas = _session_util.extract_json_safe_state_delta(dict(state or {}))
+        return await self._call(self._create, app_name, user_id, sid, deltas)
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        _check_names(app_name, user_id, session_id)
+        if config is not None and not isinstance(config, GetSessionConfig):
+            raise InvalidArgument("config must be a GetSessionConfig")
+        return await self._call(self._get, app_name, user_id, session_id, config)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        _check_names(app_name, user_id, optional=("user_id",))
+        return await self._call(self._list, app_name, user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        _check_names(app_name, user_id, session_id)
+        await self._call(self._delete, app_name, user_id, session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        _check_names(app_name, user_id)
+        return await self._call(self._shared, journal_id("user", app_name, user_id))
+
+    async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
+        """Append `event` to the session; `StaleSessionError` (nothing written) if the session
+        was changed in storage since `session` was read or last appended to."""
+        if not isinstance(session, Session) or not isinstance(event, AdkEvent):
+            raise InvalidArgument("append_event takes an ADK Session and an ADK Event")
+        if event.partial:
+            return event
+        # As ADK's services: temp state reaches the session object, never the store.
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta or {})
+        async with self._lock(self._locks, journal_id("session", *_names(session))):
+            last_seq = await self._call(self._append, session, event, deltas)
+        session._storage_update_marker = str(last_seq)
+        session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+    # -- the work, in a worker thread -------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._async is not None:
+            return await self._async._run(fn, *args)
+        return await asyncio.to_thread(fn, *args)
+
+    @asynccontextmanager
+    async def _lock(self, locks: dict[str, asyncio.Lock], key: str) -> AsyncIterator[None]:
+        """Appends to one session through this service take turns (as ADK's own services'):
+        another process is met by the journal's `expected_seq` instead."""
+        lock = locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and locks.get(key) is lock:
+                del locks[key]
+
+    def _create(
+        self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
+    ) -> Session:
+        jid = journal_id("session", app_name, user_id, sid)
+        if self._exists(jid):
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        app_state = self._update_shared(APP_STATE, app_name, None, deltas["app"])
+        user_state = self._update_shared(USER_STATE, app_name, user_id, deltas["user"])
+        # Listed before it exists: a crash in between leaves a name that lists nothing (and is
+        # skipped), never a session that no list finds.
+        self._list_session(app_name, user_id, sid)
+        created = platform_time.get_time()
+        metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
+        try:
+            self.journal.create_session(sid, session_id=jid, metadata=metadata)
+        except Conflict:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+        self._remember(jid, 1, 1)
+        session = Session(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merge(deltas["session"], app_state, user_state),
+            last_update_time=created,
+        )
+        session._storage_update_marker = "1"
+        return session
+
+    def _get(
+        self, app_name: str, user_id: str, sid: str, config: GetSessionConfig | None
+    ) -> Session | None:
+        jid = journal_id("session", app_name, user_id, sid)
+        count = None if config is None else config.num_recent_events
+        after = None if config is None else config.after_timestamp
+        try:
+            found = self._newest(jid, count, after)
+        except SessionNotFound:
+            return None
+        if found is None:
+            return None
+        head, carriers = found
+        events = [AdkEvent.model_validate(c["event"]) for c in reversed(carriers)]
+        session = Session(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merge(
+                self._state(jid, head),
+                self._shared(journal_id("app", app_name)),
+                self._shared(journal_id("user", app_name, user_id)),
+            ),
+            events=events,
+            last_update_time=head.updated,
+        )
+        session._storage_update_marker = str(head.last_seq)
+        return session
+
+    def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
+        if user_id is None:
+            users = listed(self._all(journal_id("users", app_name)), "user_id")
+        else:
+            users = [user_id]
+        app_state = self._shared(journal_id("app", app_name))
+        sessions: list[Session] = []
+        for user in users:
+            user_state = self._shared(journal_id("user", app_name, user))
+            for sid in listed(self._all(journal_id("sessions", app_name, user)), "session_id"):
+                jid = journal_id("session", app_name, user, sid)
+                try:
+                    found = self._newest(jid, 0, None)
+                except SessionNotFound:
+                    continue  # deleted, or its creation did not finish
+                if found is None:
+                    continue
+                head = found[0]
+                session = Session(
+                    id=sid,
+                    app_name=app_name,
+                    user_id=user,
+                    state=_merge(self._state(jid, head), app_state, user_state),
+                    last_update_time=head.updated,
+                )
+                session._storage_update_marker = str(head.last_seq)
+                sessions.append(session)
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    def _delete(self, app_name: str, user_id: str, sid: str) -> None:
+        jid = journal_id("session", app_name, user_id, sid)
+        with suppress(SessionNotFound):
+            self.journal.purge_session(jid, actor="adk")
+        self._known.pop(jid, None)
+        directory = journal_id("sessions", app_name, user_id)
+        if self._exists(directory):
+            self.journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
+
+    def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> int:
+        jid = journal_id("session", *_names(session))
+        expected = self._expected(jid, session)
+        known = self._known.get(jid)
+        if known is None or known[0] != expected or deltas["session"]:
+            try:
+                found = self._newest(jid, 0, None)
+            except SessionNotFound:
+                raise SessionNotFoundError(f"Session {session.id} not found.") from None
+            if found is None or found[0].last_seq != expected:
+                raise StaleSessionError(_STALE)
+            head = found[0]
+        else:
+            head = _Head(expected, 0.0, known[1], None)
+        state = None
+        if deltas["session"]:
+            state = {**self._state(jid, head), **deltas["session"]}
+        data = event.model_dump(mode="json", exclude_none=True)
+        named = call_ids(data)
+        calls = self.journal.tool_calls(jid, call_ids=named) if named else []
+        batch = event_batch(
+            data,
+            first_seq=expected + 1,
+            state_seq=head.state_seq,
+            state=state,
+            used_calls={c.call_id for c in calls},
+            open_calls={c.call_id for c in calls if c.status == "pending"},
+        )
+        try:
+            appended = self.journal.append_many(jid, batch, expected_seq=expected)
+        except SessionNotFound:
+            self._known.pop(jid, None)
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        except Conflict:
+            self._known.pop(jid, None)
+            if self.journal.get_session(jid).last_seq != expected:
+                raise StaleSessionError(_STALE) from None
+            raise
+        new = carried(appended[-1])
+        assert new is not None
+        self._remember(jid, appended[-1].seq, new["state_seq"])
+        # App and user state are shared by other sessions: written after the event, each in
+        # its own append (a crash in between leaves the event's delta only in the event).
+        self._update_shared(APP_STATE, session.app_name, None, deltas["app"])
+        self._update_shared(USER_STATE, session.app_name, session.user_id, deltas["user"])
+        return appended[-1].seq
+
+    def _expected(self, jid: str, session: Session) -> int:
+        """The seq the session object was read or last appended at."""
+        marker = session._storage_update_marker
+        if marker is not None and marker.isdigit():
+            return int(marker)
+        # A session this service did not give out (built by hand, or read by another
+        # service): current if its newest event is the session's newest, as ADK's
+        # DatabaseSessionService decides for sessions without its marker.
+        try:
+            found = self._newest(jid, 1, None)
+        except SessionNotFound:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        if found is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        head, carriers = found
+        newest = carriers[0]["event"].get("id") if carriers else None
+        mine = session.events[-1].id if session.events else None
+        if newest != mine:
+            raise StaleSessionError(_STALE)
+        return head.last_seq
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _newest(
+        self, jid: str, count: int | None, after: float | None
+    ) -> tuple[_Head, list[dict[str, Any]]] | None:
+        """The session's head and its newest `count` ADK events (all with None) whose time is
+        not before `after`, newest first: read backwards, a page at a time, so the cost follows
+        what is returned, not the session's length. None if it is not an ADK session."""
+        carriers: list[dict[str, Any]] = []
+        head: _Head | None = None
+        # A first page the size of what is asked (a few more: the batch's other events), then
+        # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
+        size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
+        page = self.journal.events(jid, last=size)
+        last_seq = page[-1].seq
+        while True:
+            for event in reversed(page):
+                if event.seq == 1:
+                    if head is None:  # no ADK event yet: the creation says it all
+                        metadata = event.payload.get("metadata", {})
+                        if metadata.get("integration") != "adk":
+                            return None
+                        head = _Head(last_seq, metadata["created"], 1, metadata.get("state", {}))
+                    break
+                adk = carried(event)
+                if adk is None:
+                    continue
+                timestamp = adk["event"].get("timestamp", 0.0)
+                if head is None:
+                    head = _Head(last_seq, timestamp, adk["state_seq"], adk.get("state"))
+                # Older than asked for: the rest are older still (ADK's in-memory service
+                # stops at the same event).
+                if (after is not None and timestamp < after) or (
+                    count is not None and len(carriers) >= count
+                ):
+                    break
+                carriers.append(adk)
+            else:
+                if page[0].seq > 1:
+                    size = min(_PAGE, size * 2)
+                    page = self.journal.events(jid, last=size, before=page[0].seq)
+                    continue
+            break
+        if head is None:
+            return None
+        self._remember(jid, head.last_seq, head.state_seq)
+        return head, carriers
+
+    def _state(self, jid: str, head: _Head) -> dict[str, Any]:
+        """The session's own state as of `head`."""
+        if head.state is not None:
+            return dict(head.state)
+        event = self.journal.events(jid, after=head.state_seq - 1, limit=1)[0]
+        if event.seq == 1:
+            return dict(event.payload.get("metadata", {}).get("state", {}))
+        adk = carried(event)
+        return dict(adk.get("state", {})) if adk is not None else {}
+
+    def _shared(self, jid: str) -> dict[str, Any]:
+        """An app's or a user's state: the newest event of its session ({} if none)."""
+        try:
+            newest = self.journal.events(jid, last=1)
+        except SessionNotFound:
+            return {}
+        state = newest[0].payload.get("state") if newest else None
+        return dict(state) if isinstance(state, dict) else {}
+
+    def _all(self, jid: str) -> list[Event]:
+        """Every event of a directory session ([] if it does not exist)."""
+        found: list[Event] = []
+        after = 0
+        try:
+            while True:
+                page = self.journal.events(jid, after=after, limit=1000)
+                found += page
+                if len(page) < 1000:
+                    return found
+                after = page[-1].seq
+        except SessionNotFound:
+            return found
+
+    def _exists(self, jid: str) -> bool:
+        try:
+            self.journal.get_session(jid)
+        except SessionNotFound:
+            return False
+        return True
+
+    # -- writing shared sessions ------------------------------------------------------------
+
+    def _ensure(self, jid: str, title: str, metadata: dict[str, Any]) -> tuple[int, bool]:
+        """The last seq of a shared session, created on first use; and whether this created
+        it."""
+        try:
+            return self.journal.get_session(jid).last_seq, False
+        except SessionNotFound:
+            pass
+        try:
+            session, created = self.journal.create_session_ex(
+                title, session_id=jid, metadata=metadata, idempotency_key=f"adk:{jid}"
+            )
+        except Conflict:  # created by another writer meanwhile
+            return self.journal.get_session(jid).last_seq, False
+        return session.last_seq, created
+
+    def _update_shared(
+        self, kind: str, app_name: str, user_id: str | None, delta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Apply `delta` to an app's state (`user_id` None) or a user's (read-modify-append at
+        the last seq, again if another writer came first) and return the state."""
+        if user_id is None:
+            jid, scope = journal_id("app", app_name), {"app_name": app_name}
+        else:
+            jid = journal_id("user", app_name, user_id)
+            scope = {"app_name": app_name, "user_id": user_id}
+        if not delta:
+            return self._shared(jid)
+        for attempt in range(_ATTEMPTS):
+            last_seq, _ = self._ensure(jid, f"ADK {kind}", {"integration": "adk", **scope})
+            state = {**self._shared(jid), **delta}
+            try:
+                self.journal.append(jid, kind, {**scope, "state": state}, expected_seq=last_seq)
+            except Conflict:
+                _back_off(attempt)
+                continue
+            return state
+        raise Conflict(f"{kind}: other writers kept appending; try again")
+
+    def _list_session(self, app_name: str, user_id: str, sid: str) -> None:
+        scope = {"integration": "adk", "app_name": app_name, "user_id": user_id}
+        directory = journal_id("sessions", app_name, user_id)
+        _, created = self._ensure(directory, "ADK sessions", scope)
+        if created:
+            users = journal_id("users", app_name)
+            self._ensure(users, "ADK users", {"integration": "adk", "app_name": app_name})
+            self.journal.append(users, USER_LISTED, {"user_id": user_id})
+        self.journal.append(directory, SESSION_LISTED, {"session_id": sid})
+
+    def _remember(self, jid: str, last_seq: int, state_seq: int) -> None:
+        self._known[jid] = (last_seq, state_seq)
+        self._known.move_to_end(jid)
+        while len(self._known) > _KNOWN:
+            self._known.popitem(last=False)
+
+
+def _names(session: Session) -> tuple[str, str, str]:
+    return session.app_name, session.user_id, session.id
+
+
+def _check_names(
+    app_name: Any, user_id: Any, session_id: Any = "", *, optional: tuple[str, ...] = ()
+) -> None:
+    """ADK's names are any strings; None only for those ADK lets be None (`optional`)."""
+    for what, value in (("app_name", app_name), ("user_id", user_id), ("session_id", session_id)):
+        if not isinstance(value, str) and not (value is None and what in optional):
+            raise InvalidArgument(f"{what} must be a string, got {value!r:.80}")
+
+
+def _merge(
+    session_state: Mapping[str, Any], app_state: Mapping[str, Any], user_state: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session_state)
+    merged.update({State.APP_PREFIX + key: value for key, value in app_state.items()})
+    merged.update({State.USER_PREFIX + key: value for key, value in user_state.items()})
+    return merged
+
+
+def _back_off(attempt: int) -> None:
+    """After losing a round to another writer: wait a random while, longer each time."""
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
