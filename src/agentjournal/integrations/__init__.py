@@ -8,4 +8,6 @@ by name, with its framework as an optional extra; `import agentjournal` never im
 - `agentjournal.integrations.langgraph.JournalSaver` / `AsyncJournalSaver`: LangGraph's
   checkpointer (`pip install 'agentjournal[langgraph]'`); `langgraph_events` holds its events
   (pure), `langgraph_store` finds a thread's checkpoints and values in the journal.
+- `agentjournal.integrations.adk.JournalSessionService`: Google ADK's session service
+  (`pip install 'agentjournal[adk]'`); `adk_events` holds its events (pure).
 """
