@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
@@ -63,7 +62,6 @@ __all__ = ["JournalSessionService"]
 T = TypeVar("T")
 _PAGE = 200  # events read per step when reading a session backwards
 _ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
-_KNOWN = 4096  # sessions whose (last seq, state seq) this service remembers
 _STALE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -106,10 +104,8 @@ class JournalSessionService(BaseSessionService):
         else:
             raise InvalidArgument("journal must be a Journal or an AsyncJournal")
         self._owned = False
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._users: dict[str, asyncio.Lock] = {}
-        # journal session id -> (last seq, state seq), as this service last wrote or read it
-        self._known: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        # journal session id -> its append lock and how many appends hold or wait for it
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @classmethod
     def open(
@@ -187,7 +183,7 @@ class JournalSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta or {})
-        async with self._lock(self._locks, journal_id("session", *_names(session))):
+        async with self._lock(journal_id("session", *_names(session))):
             last_seq = await self._call(self._append, session, event, deltas)
         session._storage_update_marker = str(last_seq)
         session.last_update_time = event.timestamp
@@ -201,16 +197,21 @@ class JournalSessionService(BaseSessionService):
         return await asyncio.to_thread(fn, *args)
 
     @asynccontextmanager
-    async def _lock(self, locks: dict[str, asyncio.Lock], key: str) -> AsyncIterator[None]:
+    async def _lock(self, key: str) -> AsyncIterator[None]:
         """Appends to one session through this service take turns (as ADK's own services'):
-        another process is met by the journal's `expected_seq` instead."""
-        lock = locks.setdefault(key, asyncio.Lock())
+        another process is met by the journal's `expected_seq` instead. The lock is dropped
+        when no append holds or waits for it."""
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and locks.get(key) is lock:
-                del locks[key]
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     def _create(
         self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
@@ -229,7 +230,6 @@ class JournalSessionService(BaseSessionService):
             self.journal.create_session(sid, session_id=jid, metadata=metadata)
         except Conflict:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
-        self._remember(jid, 1, 1)
         session = Session(
             id=sid,
             app_name=app_name,
@@ -303,7 +303,6 @@ class JournalSessionService(BaseSessionService):
         jid = journal_id("session", app_name, user_id, sid)
         with suppress(SessionNotFound):
             self.journal.purge_session(jid, actor="adk")
-        self._known.pop(jid, None)
         directory = journal_id("sessions", app_name, user_id)
         if self._exists(directory):
             self.journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
@@ -311,17 +310,17 @@ class JournalSessionService(BaseSessionService):
     def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> int:
         jid = journal_id("session", *_names(session))
         expected = self._expected(jid, session)
-        known = self._known.get(jid)
-        if known is None or known[0] != expected or deltas["session"]:
-            try:
-                found = self._newest(jid, 0, None)
-            except SessionNotFound:
-                raise SessionNotFoundError(f"Session {session.id} not found.") from None
-            if found is None or found[0].last_seq != expected:
-                raise StaleSessionError(_STALE)
-            head = found[0]
-        else:
-            head = _Head(expected, 0.0, known[1], None)
+        # The newest event says where the state is (one indexed read; the append's commit
+        # costs far more), and whether anyone appended since the session object was read.
+        try:
+            found = self._newest(jid, 0, None)
+        except SessionNotFound:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        if found is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        head = found[0]
+        if head.last_seq != expected:
+            raise StaleSessionError(_STALE)
         state = None
         if deltas["session"]:
             state = {**self._state(jid, head), **deltas["session"]}
@@ -339,16 +338,11 @@ class JournalSessionService(BaseSessionService):
         try:
             appended = self.journal.append_many(jid, batch, expected_seq=expected)
         except SessionNotFound:
-            self._known.pop(jid, None)
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         except Conflict:
-            self._known.pop(jid, None)
             if self.journal.get_session(jid).last_seq != expected:
                 raise StaleSessionError(_STALE) from None
             raise
-        new = carried(appended[-1])
-        assert new is not None
-        self._remember(jid, appended[-1].seq, new["state_seq"])
         # App and user state are shared by other sessions: written after the event, each in
         # its own append (a crash in between leaves the event's delta only in the event).
         self._update_shared(APP_STATE, session.app_name, None, deltas["app"])
@@ -421,7 +415,6 @@ class JournalSessionService(BaseSessionService):
             break
         if head is None:
             return None
-        self._remember(jid, head.last_seq, head.state_seq)
         return head, carriers
 
     def _state(self, jid: str, head: _Head) -> dict[str, Any]:
@@ -513,12 +506,6 @@ class JournalSessionService(BaseSessionService):
             self._ensure(users, "ADK users", {"integration": "adk", "app_name": app_name})
             self.journal.append(users, USER_LISTED, {"user_id": user_id})
         self.journal.append(directory, SESSION_LISTED, {"session_id": sid})
-
-    def _remember(self, jid: str, last_seq: int, state_seq: int) -> None:
-        self._known[jid] = (last_seq, state_seq)
-        self._known.move_to_end(jid)
-        while len(self._known) > _KNOWN:
-            self._known.popitem(last=False)
 
 
 def _names(session: Session) -> tuple[str, str, str]:
