@@ -23,7 +23,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from agentjournal import AsyncJournal, InvalidArgument, Journal
-from agentjournal.integrations.adk import JournalSessionService
+from agentjournal.integrations.adk import JournalSessionService, from_uri
 from agentjournal.integrations.adk_events import journal_id
 from postgres_fixtures import POOL_RANDOM
 
@@ -579,3 +579,32 @@ def test_sessions_survive_reopening(reopened: str) -> None:
             assert got.state == {"user:x": 1}
 
     run(again())
+
+
+def test_adks_cli_opens_it_from_an_agentjournal_uri(tmp_path: Path) -> None:
+    from google.adk.cli.service_registry import load_services_module
+    from google.adk.cli.utils.service_factory import create_session_service_from_options
+
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    # What a user puts beside their agents for `adk web --session_service_uri agentjournal:…`.
+    (agents / "services.py").write_text(
+        "from agentjournal.integrations.adk import register\nregister()\n", encoding="utf-8"
+    )
+    load_services_module(str(agents))
+    service = create_session_service_from_options(
+        base_dir=agents, session_service_uri=f"agentjournal:{tmp_path / 'agent.db'}"
+    )
+    assert isinstance(service, JournalSessionService)
+
+    async def go() -> None:
+        async with service:
+            await service.create_session(app_name=APP, user_id=USER, session_id="s")
+            assert await service.get_session(app_name=APP, user_id=USER, session_id="s")
+
+    run(go())
+    for bad in ("agentjournal:", "sqlite:agent.db"):
+        with pytest.raises(InvalidArgument):
+            from_uri(bad)
+    with pytest.raises(InvalidArgument):  # SQLAlchemy's engine options mean nothing here
+        from_uri(f"agentjournal:{tmp_path / 'x.db'}", pool_size=5)

@@ -57,9 +57,10 @@ from agentjournal.integrations.adk_events import (
 )
 from agentjournal.journal import Durability, Journal
 
-__all__ = ["JournalSessionService"]
+__all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
 
 T = TypeVar("T")
+SCHEME = "agentjournal"  # session service URIs for ADK's CLI: agentjournal:<journal URL>
 _PAGE = 200  # events read per step when reading a session backwards
 _ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
 _STALE = (
@@ -506,6 +507,30 @@ class JournalSessionService(BaseSessionService):
             self._ensure(users, "ADK users", {"integration": "adk", "app_name": app_name})
             self.journal.append(users, USER_LISTED, {"user_id": user_id})
         self.journal.append(directory, SESSION_LISTED, {"session_id": sid})
+
+
+def from_uri(uri: str, **kwargs: Any) -> JournalSessionService:
+    """ADK's session service factory for `agentjournal:<journal URL>` (`agentjournal:agent.db`,
+    `agentjournal:/srv/agent.db`, `agentjournal:postgresql://host/db`): a service over a
+    journal of its own. `tenant` and `durability` may be given; `agents_dir`, which ADK's CLI
+    passes to every factory, is ignored."""
+    prefix = f"{SCHEME}:"
+    if not isinstance(uri, str) or not uri.startswith(prefix) or uri == prefix:
+        raise InvalidArgument(f"an agentjournal session service URI is {prefix}<journal URL>")
+    kwargs.pop("agents_dir", None)
+    unknown = set(kwargs) - {"tenant", "durability"}
+    if unknown:
+        raise InvalidArgument(f"unknown options for JournalSessionService: {sorted(unknown)}")
+    return JournalSessionService.open(uri[len(prefix) :], **kwargs)
+
+
+def register() -> None:
+    """Make `agentjournal:` session service URIs known to ADK's CLI (`adk web`, `adk api_server`,
+    `adk run` with `--session_service_uri agentjournal:agent.db`): call it from the agents
+    directory's `services.py`, which the CLI loads."""
+    from google.adk.cli.service_registry import get_service_registry
+
+    get_service_registry().register_session_service(SCHEME, from_uri)
 
 
 def _names(session: Session) -> tuple[str, str, str]:
