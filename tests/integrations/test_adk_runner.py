@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("google.adk")
 
 from google.adk.agents import LlmAgent
+from google.adk.errors import StaleSessionError
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.adk.tools.tool_context import ToolContext
@@ -135,4 +136,44 @@ def test_a_runner_over_several_turns_with_a_tool(journal: Journal, journal_url: 
         "arguments": '{"status": "open"}',
     }
     assert [c.status for c in journal.tool_calls(jid)] == ["ok", "ok"]
+    assert journal.verify().ok
+
+
+def test_two_runners_on_one_session_keep_every_event_in_order(journal: Journal) -> None:
+    """Two runners of the same agent take turns on one session at the same time. ADK's rule
+    is `DatabaseSessionService`'s: a runner whose session was appended to since it read it gets
+    `StaleSessionError` and runs the turn again; every event a runner yielded is stored, in the
+    order it yielded them."""
+
+    async def go() -> None:
+        service = JournalSessionService(journal)
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        yielded: dict[str, list[str]] = {"a": [], "b": []}
+
+        async def runner(name: str) -> None:
+            run = Runner(app_name=APP, agent=agent(ScriptedLlm()), session_service=service)
+            for i, text in enumerate(TURNS):
+                while True:
+                    try:
+                        async for event in run.run_async(
+                            user_id=USER, session_id="s", new_message=user_text(f"{name}{i} {text}")
+                        ):
+                            yielded[name].append(event.id)
+                    except StaleSessionError:
+                        continue  # read the session again: a new run of the turn
+                    break
+
+        await asyncio.gather(runner("a"), runner("b"))
+        stored = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert stored is not None
+        ids = [event.id for event in stored.events]
+        for name in ("a", "b"):
+            assert yielded[name], name
+            assert [i for i in ids if i in set(yielded[name])] == yielded[name]
+        said = texts_of(stored.events)
+        for name in ("a", "b"):
+            for i, text in enumerate(TURNS):
+                assert f"{name}{i} {text}" in said
+
+    asyncio.run(go())
     assert journal.verify().ok
