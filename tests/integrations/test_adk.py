@@ -608,3 +608,21 @@ def test_adks_cli_opens_it_from_an_agentjournal_uri(tmp_path: Path) -> None:
             from_uri(bad)
     with pytest.raises(InvalidArgument):  # SQLAlchemy's engine options mean nothing here
         from_uri(f"agentjournal:{tmp_path / 'x.db'}", pool_size=5)
+
+
+def test_a_session_deleted_and_created_again_is_another_revision(
+    service: JournalSessionService,
+) -> None:
+    async def go() -> None:
+        old = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        await fill(service, old, 2)
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+        new = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        await fill(service, new, 2)  # as long as the old one was
+        with pytest.raises(StaleSessionError):
+            await service.append_event(old, text_event("user", "late", at=9.0))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None
+        assert got.events == new.events
+
+    run(go())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -61,6 +62,7 @@ __all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
 
 T = TypeVar("T")
 SCHEME = "agentjournal"  # session service URIs for ADK's CLI: agentjournal:<journal URL>
+_MARKER = re.compile(r"[0-9]+:[0-9]+")
 _PAGE = 200  # events read per step when reading a session backwards
 _ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
 _STALE = (
@@ -73,15 +75,14 @@ class _Head:
     """What the newest events of an ADK session say: its last seq, the time of its last
     update, and where its own state is."""
 
-    __slots__ = ("last_seq", "state", "state_seq", "updated")
+    __slots__ = ("last", "state", "state_seq", "updated")
 
-    def __init__(self, last_seq: int, updated: float, state_seq: int, state: Any) -> None:
-        self.last_seq, self.updated, self.state_seq, self.state = (
-            last_seq,
-            updated,
-            state_seq,
-            state,
-        )
+    def __init__(self, last: Event, updated: float, state_seq: int, state: Any) -> None:
+        self.last, self.updated, self.state_seq, self.state = last, updated, state_seq, state
+
+    @property
+    def marker(self) -> str:
+        return _marker(self.last)
 
 
 class JournalSessionService(BaseSessionService):
@@ -185,8 +186,8 @@ class JournalSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta or {})
         async with self._lock(journal_id("session", *_names(session))):
-            last_seq = await self._call(self._append, session, event, deltas)
-        session._storage_update_marker = str(last_seq)
+            marker = await self._call(self._append, session, event, deltas)
+        session._storage_update_marker = marker
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
@@ -238,7 +239,7 @@ class JournalSessionService(BaseSessionService):
             state=_merge(deltas["session"], app_state, user_state),
             last_update_time=created,
         )
-        session._storage_update_marker = "1"
+        session._storage_update_marker = _marker(self.journal.events(jid, limit=1)[0])
         return session
 
     def _get(
@@ -267,7 +268,7 @@ class JournalSessionService(BaseSessionService):
             events=events,
             last_update_time=head.updated,
         )
-        session._storage_update_marker = str(head.last_seq)
+        session._storage_update_marker = head.marker
         return session
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
@@ -295,7 +296,7 @@ class JournalSessionService(BaseSessionService):
                     state=_merge(self._state(jid, head), app_state, user_state),
                     last_update_time=head.updated,
                 )
-                session._storage_update_marker = str(head.last_seq)
+                session._storage_update_marker = head.marker
                 sessions.append(session)
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
@@ -308,20 +309,34 @@ class JournalSessionService(BaseSessionService):
         if self._exists(directory):
             self.journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
 
-    def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> int:
+    def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> str:
+        """Append the event's batch at the seq the session object was read or last appended
+        at; the session object's new revision marker."""
         jid = journal_id("session", *_names(session))
-        expected = self._expected(jid, session)
-        # The newest event says where the state is (one indexed read; the append's commit
+        marker = session._storage_update_marker
+        exact = marker is not None and _MARKER.fullmatch(marker) is not None
+        # The newest events say where the state is (one indexed read; the append's commit
         # costs far more), and whether anyone appended since the session object was read.
         try:
-            found = self._newest(jid, 0, None)
+            found = self._newest(jid, 0 if exact else 1, None)
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         if found is None:
             raise SessionNotFoundError(f"Session {session.id} not found.")
-        head = found[0]
-        if head.last_seq != expected:
-            raise StaleSessionError(_STALE)
+        head, carriers = found
+        if exact:
+            # The seq and the event id of the session's newest event: a session deleted and
+            # created again to the same length has another.
+            if marker != head.marker:
+                raise StaleSessionError(_STALE)
+        else:
+            # A session this service did not give out (built by hand, or read by another
+            # service): current if its newest event is the session's newest, as ADK's
+            # DatabaseSessionService decides for sessions without its marker.
+            newest = carriers[0]["event"].get("id") if carriers else None
+            if newest != (session.events[-1].id if session.events else None):
+                raise StaleSessionError(_STALE)
+        expected = head.last.seq
         state = None
         if deltas["session"]:
             state = {**self._state(jid, head), **deltas["session"]}
@@ -348,28 +363,7 @@ class JournalSessionService(BaseSessionService):
         # its own append (a crash in between leaves the event's delta only in the event).
         self._update_shared(APP_STATE, session.app_name, None, deltas["app"])
         self._update_shared(USER_STATE, session.app_name, session.user_id, deltas["user"])
-        return appended[-1].seq
-
-    def _expected(self, jid: str, session: Session) -> int:
-        """The seq the session object was read or last appended at."""
-        marker = session._storage_update_marker
-        if marker is not None and marker.isdigit():
-            return int(marker)
-        # A session this service did not give out (built by hand, or read by another
-        # service): current if its newest event is the session's newest, as ADK's
-        # DatabaseSessionService decides for sessions without its marker.
-        try:
-            found = self._newest(jid, 1, None)
-        except SessionNotFound:
-            raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        if found is None:
-            raise SessionNotFoundError(f"Session {session.id} not found.")
-        head, carriers = found
-        newest = carriers[0]["event"].get("id") if carriers else None
-        mine = session.events[-1].id if session.events else None
-        if newest != mine:
-            raise StaleSessionError(_STALE)
-        return head.last_seq
+        return _marker(appended[-1])
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -385,7 +379,7 @@ class JournalSessionService(BaseSessionService):
         # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
         size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
         page = self.journal.events(jid, last=size)
-        last_seq = page[-1].seq
+        last = page[-1]
         while True:
             for event in reversed(page):
                 if event.seq == 1:
@@ -393,14 +387,14 @@ class JournalSessionService(BaseSessionService):
                         metadata = event.payload.get("metadata", {})
                         if metadata.get("integration") != "adk":
                             return None
-                        head = _Head(last_seq, metadata["created"], 1, metadata.get("state", {}))
+                        head = _Head(last, metadata["created"], 1, metadata.get("state", {}))
                     break
                 adk = carried(event)
                 if adk is None:
                     continue
                 timestamp = adk["event"].get("timestamp", 0.0)
                 if head is None:
-                    head = _Head(last_seq, timestamp, adk["state_seq"], adk.get("state"))
+                    head = _Head(last, timestamp, adk["state_seq"], adk.get("state"))
                 # Older than asked for: the rest are older still (ADK's in-memory service
                 # stops at the same event).
                 if (after is not None and timestamp < after) or (
@@ -531,6 +525,11 @@ def register() -> None:
     from google.adk.cli.service_registry import get_service_registry
 
     get_service_registry().register_session_service(SCHEME, from_uri)
+
+
+def _marker(event: Event) -> str:
+    """A session object's revision marker: its newest event's seq and event id (never reused)."""
+    return f"{event.seq}:{event.event_id}"
 
 
 def _names(session: Session) -> tuple[str, str, str]:
