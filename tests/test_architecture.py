@@ -206,7 +206,15 @@ ALLOWED: dict[str, set[str]] = {
         "replay",
     },
     "integrations.adk_events": {"events"},
-    "integrations.adk": {"aio", "errors", "events", "integrations.adk_events", "journal"},
+    "integrations.adk_store": {"errors", "events", "integrations.adk_events", "journal"},
+    "integrations.adk": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.adk_events",
+        "integrations.adk_store",
+        "journal",
+    },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},

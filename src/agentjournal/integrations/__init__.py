@@ -9,5 +9,6 @@ by name, with its framework as an optional extra; `import agentjournal` never im
   checkpointer (`pip install 'agentjournal[langgraph]'`); `langgraph_events` holds its events
   (pure), `langgraph_store` finds a thread's checkpoints and values in the journal.
 - `agentjournal.integrations.adk.JournalSessionService`: Google ADK's session service
-  (`pip install 'agentjournal[adk]'`); `adk_events` holds its events (pure).
+  (`pip install 'agentjournal[adk]'`); `adk_events` holds its events (pure), `adk_store` finds
+  sessions, state and directories in the journal.
 """

@@ -18,9 +18,7 @@ adk_events` says what is stored where; docs/integrations.md has the whole story.
 from __future__ import annotations
 
 import asyncio
-import random
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
@@ -40,20 +38,15 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 
+import agentjournal.integrations.adk_store as store
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
-from agentjournal.events import Event
 from agentjournal.integrations.adk_events import (
     APP_STATE,
-    SESSION_LISTED,
-    SESSION_UNLISTED,
-    USER_LISTED,
     USER_STATE,
     call_ids,
-    carried,
     event_batch,
     journal_id,
-    listed,
     session_metadata,
 )
 from agentjournal.journal import Durability, Journal
@@ -63,26 +56,10 @@ __all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
 T = TypeVar("T")
 SCHEME = "agentjournal"  # session service URIs for ADK's CLI: agentjournal:<journal URL>
 _MARKER = re.compile(r"[0-9]+:[0-9]+")
-_PAGE = 200  # events read per step when reading a session backwards
-_ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
 _STALE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
 )
-
-
-class _Head:
-    """What the newest events of an ADK session say: its last seq, the time of its last
-    update, and where its own state is."""
-
-    __slots__ = ("last", "state", "state_seq", "updated")
-
-    def __init__(self, last: Event, updated: float, state_seq: int, state: Any) -> None:
-        self.last, self.updated, self.state_seq, self.state = last, updated, state_seq, state
-
-    @property
-    def marker(self) -> str:
-        return _marker(self.last)
 
 
 class JournalSessionService(BaseSessionService):
@@ -172,7 +149,8 @@ class JournalSessionService(BaseSessionService):
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         _check_names(app_name, user_id)
-        return await self._call(self._shared, journal_id("user", app_name, user_id))
+        jid = journal_id("user", app_name, user_id)
+        return await self._call(store.shared_state, self.journal, jid)
 
     async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
         """Append `event` to the session; `StaleSessionError` (nothing written) if the session
@@ -219,13 +197,15 @@ class JournalSessionService(BaseSessionService):
         self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
     ) -> Session:
         jid = journal_id("session", app_name, user_id, sid)
-        if self._exists(jid):
+        if store.exists(self.journal, jid):
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
-        app_state = self._update_shared(APP_STATE, app_name, None, deltas["app"])
-        user_state = self._update_shared(USER_STATE, app_name, user_id, deltas["user"])
+        app_state = store.update_shared(self.journal, APP_STATE, app_name, None, deltas["app"])
+        user_state = store.update_shared(
+            self.journal, USER_STATE, app_name, user_id, deltas["user"]
+        )
         # Listed before it exists: a crash in between leaves a name that lists nothing (and is
         # skipped), never a session that no list finds.
-        self._list_session(app_name, user_id, sid)
+        store.list_session(self.journal, app_name, user_id, sid)
         created = platform_time.get_time()
         metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
         try:
@@ -239,7 +219,7 @@ class JournalSessionService(BaseSessionService):
             state=_merge(deltas["session"], app_state, user_state),
             last_update_time=created,
         )
-        session._storage_update_marker = _marker(self.journal.events(jid, limit=1)[0])
+        session._storage_update_marker = store.marker_of(self.journal.events(jid, limit=1)[0])
         return session
 
     def _get(
@@ -249,7 +229,7 @@ class JournalSessionService(BaseSessionService):
         count = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp
         try:
-            found = self._newest(jid, count, after)
+            found = store.newest(self.journal, jid, count, after)
         except SessionNotFound:
             return None
         if found is None:
@@ -261,9 +241,9 @@ class JournalSessionService(BaseSessionService):
             app_name=app_name,
             user_id=user_id,
             state=_merge(
-                self._state(jid, head),
-                self._shared(journal_id("app", app_name)),
-                self._shared(journal_id("user", app_name, user_id)),
+                store.session_state(self.journal, jid, head),
+                store.shared_state(self.journal, journal_id("app", app_name)),
+                store.shared_state(self.journal, journal_id("user", app_name, user_id)),
             ),
             events=events,
             last_update_time=head.updated,
@@ -273,17 +253,18 @@ class JournalSessionService(BaseSessionService):
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
         if user_id is None:
-            users = listed(self._all(journal_id("users", app_name)), "user_id")
+            users = store.listed_names(self.journal, journal_id("users", app_name), "user_id")
         else:
             users = [user_id]
-        app_state = self._shared(journal_id("app", app_name))
+        app_state = store.shared_state(self.journal, journal_id("app", app_name))
         sessions: list[Session] = []
         for user in users:
-            user_state = self._shared(journal_id("user", app_name, user))
-            for sid in listed(self._all(journal_id("sessions", app_name, user)), "session_id"):
+            user_state = store.shared_state(self.journal, journal_id("user", app_name, user))
+            directory = journal_id("sessions", app_name, user)
+            for sid in store.listed_names(self.journal, directory, "session_id"):
                 jid = journal_id("session", app_name, user, sid)
                 try:
-                    found = self._newest(jid, 0, None)
+                    found = store.newest(self.journal, jid, 0, None)
                 except SessionNotFound:
                     continue  # deleted, or its creation did not finish
                 if found is None:
@@ -293,7 +274,9 @@ class JournalSessionService(BaseSessionService):
                     id=sid,
                     app_name=app_name,
                     user_id=user,
-                    state=_merge(self._state(jid, head), app_state, user_state),
+                    state=_merge(
+                        store.session_state(self.journal, jid, head), app_state, user_state
+                    ),
                     last_update_time=head.updated,
                 )
                 session._storage_update_marker = head.marker
@@ -305,9 +288,7 @@ class JournalSessionService(BaseSessionService):
         jid = journal_id("session", app_name, user_id, sid)
         with suppress(SessionNotFound):
             self.journal.purge_session(jid, actor="adk")
-        directory = journal_id("sessions", app_name, user_id)
-        if self._exists(directory):
-            self.journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
+        store.unlist_session(self.journal, app_name, user_id, sid)
 
     def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> str:
         """Append the event's batch at the seq the session object was read or last appended
@@ -318,7 +299,7 @@ class JournalSessionService(BaseSessionService):
         # The newest events say where the state is (one indexed read; the append's commit
         # costs far more), and whether anyone appended since the session object was read.
         try:
-            found = self._newest(jid, 0 if exact else 1, None)
+            found = store.newest(self.journal, jid, 0 if exact else 1, None)
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         if found is None:
@@ -339,7 +320,7 @@ class JournalSessionService(BaseSessionService):
         expected = head.last.seq
         state = None
         if deltas["session"]:
-            state = {**self._state(jid, head), **deltas["session"]}
+            state = {**store.session_state(self.journal, jid, head), **deltas["session"]}
         data = event.model_dump(mode="json", exclude_none=True)
         named = call_ids(data)
         calls = self.journal.tool_calls(jid, call_ids=named) if named else []
@@ -361,146 +342,11 @@ class JournalSessionService(BaseSessionService):
             raise
         # App and user state are shared by other sessions: written after the event, each in
         # its own append (a crash in between leaves the event's delta only in the event).
-        self._update_shared(APP_STATE, session.app_name, None, deltas["app"])
-        self._update_shared(USER_STATE, session.app_name, session.user_id, deltas["user"])
-        return _marker(appended[-1])
-
-    # -- reading ----------------------------------------------------------------------------
-
-    def _newest(
-        self, jid: str, count: int | None, after: float | None
-    ) -> tuple[_Head, list[dict[str, Any]]] | None:
-        """The session's head and its newest `count` ADK events (all with None) whose time is
-        not before `after`, newest first: read backwards, a page at a time, so the cost follows
-        what is returned, not the session's length. None if it is not an ADK session."""
-        carriers: list[dict[str, Any]] = []
-        head: _Head | None = None
-        # A first page the size of what is asked (a few more: the batch's other events), then
-        # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
-        size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
-        page = self.journal.events(jid, last=size)
-        last = page[-1]
-        while True:
-            for event in reversed(page):
-                if event.seq == 1:
-                    if head is None:  # no ADK event yet: the creation says it all
-                        metadata = event.payload.get("metadata", {})
-                        if metadata.get("integration") != "adk":
-                            return None
-                        head = _Head(last, metadata["created"], 1, metadata.get("state", {}))
-                    break
-                adk = carried(event)
-                if adk is None:
-                    continue
-                timestamp = adk["event"].get("timestamp", 0.0)
-                if head is None:
-                    head = _Head(last, timestamp, adk["state_seq"], adk.get("state"))
-                # Older than asked for: the rest are older still (ADK's in-memory service
-                # stops at the same event).
-                if (after is not None and timestamp < after) or (
-                    count is not None and len(carriers) >= count
-                ):
-                    break
-                carriers.append(adk)
-            else:
-                if page[0].seq > 1:
-                    size = min(_PAGE, size * 2)
-                    page = self.journal.events(jid, last=size, before=page[0].seq)
-                    continue
-            break
-        if head is None:
-            return None
-        return head, carriers
-
-    def _state(self, jid: str, head: _Head) -> dict[str, Any]:
-        """The session's own state as of `head`."""
-        if head.state is not None:
-            return dict(head.state)
-        event = self.journal.events(jid, after=head.state_seq - 1, limit=1)[0]
-        if event.seq == 1:
-            return dict(event.payload.get("metadata", {}).get("state", {}))
-        adk = carried(event)
-        return dict(adk.get("state", {})) if adk is not None else {}
-
-    def _shared(self, jid: str) -> dict[str, Any]:
-        """An app's or a user's state: the newest event of its session ({} if none)."""
-        try:
-            newest = self.journal.events(jid, last=1)
-        except SessionNotFound:
-            return {}
-        state = newest[0].payload.get("state") if newest else None
-        return dict(state) if isinstance(state, dict) else {}
-
-    def _all(self, jid: str) -> list[Event]:
-        """Every event of a directory session ([] if it does not exist)."""
-        found: list[Event] = []
-        after = 0
-        try:
-            while True:
-                page = self.journal.events(jid, after=after, limit=1000)
-                found += page
-                if len(page) < 1000:
-                    return found
-                after = page[-1].seq
-        except SessionNotFound:
-            return found
-
-    def _exists(self, jid: str) -> bool:
-        try:
-            self.journal.get_session(jid)
-        except SessionNotFound:
-            return False
-        return True
-
-    # -- writing shared sessions ------------------------------------------------------------
-
-    def _ensure(self, jid: str, title: str, metadata: dict[str, Any]) -> tuple[int, bool]:
-        """The last seq of a shared session, created on first use; and whether this created
-        it."""
-        try:
-            return self.journal.get_session(jid).last_seq, False
-        except SessionNotFound:
-            pass
-        try:
-            session, created = self.journal.create_session_ex(
-                title, session_id=jid, metadata=metadata, idempotency_key=f"adk:{jid}"
-            )
-        except Conflict:  # created by another writer meanwhile
-            return self.journal.get_session(jid).last_seq, False
-        return session.last_seq, created
-
-    def _update_shared(
-        self, kind: str, app_name: str, user_id: str | None, delta: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Apply `delta` to an app's state (`user_id` None) or a user's (read-modify-append at
-        the last seq, again if another writer came first) and return the state."""
-        if user_id is None:
-            jid, scope = journal_id("app", app_name), {"app_name": app_name}
-        else:
-            jid = journal_id("user", app_name, user_id)
-            scope = {"app_name": app_name, "user_id": user_id}
-        if not delta:
-            return self._shared(jid)
-        for attempt in range(_ATTEMPTS):
-            last_seq, _ = self._ensure(jid, f"ADK {kind}", {"integration": "adk", **scope})
-            state = {**self._shared(jid), **delta}
-            try:
-                self.journal.append(jid, kind, {**scope, "state": state}, expected_seq=last_seq)
-            except Conflict:
-                _back_off(attempt)
-                continue
-            return state
-        raise Conflict(f"{kind}: other writers kept appending; try again")
-
-    def _list_session(self, app_name: str, user_id: str, sid: str) -> None:
-        scope = {"integration": "adk", "app_name": app_name, "user_id": user_id}
-        directory = journal_id("sessions", app_name, user_id)
-        _, created = self._ensure(directory, "ADK sessions", scope)
-        if created:
-            users = journal_id("users", app_name)
-            self._ensure(users, "ADK users", {"integration": "adk", "app_name": app_name})
-            self.journal.append(users, USER_LISTED, {"user_id": user_id})
-        self.journal.append(directory, SESSION_LISTED, {"session_id": sid})
+        store.update_shared(self.journal, APP_STATE, session.app_name, None, deltas["app"])
+        store.update_shared(
+            self.journal, USER_STATE, session.app_name, session.user_id, deltas["user"]
+        )
+        return store.marker_of(appended[-1])
 
 
 def from_uri(uri: str, **kwargs: Any) -> JournalSessionService:
@@ -527,11 +373,6 @@ def register() -> None:
     get_service_registry().register_session_service(SCHEME, from_uri)
 
 
-def _marker(event: Event) -> str:
-    """A session object's revision marker: its newest event's seq and event id (never reused)."""
-    return f"{event.seq}:{event.event_id}"
-
-
 def _names(session: Session) -> tuple[str, str, str]:
     return session.app_name, session.user_id, session.id
 
@@ -552,8 +393,3 @@ def _merge(
     merged.update({State.APP_PREFIX + key: value for key, value in app_state.items()})
     merged.update({State.USER_PREFIX + key: value for key, value in user_state.items()})
     return merged
-
-
-def _back_off(attempt: int) -> None:
-    """After losing a round to another writer: wait a random while, longer each time."""
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))

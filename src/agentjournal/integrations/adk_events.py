@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 from agentjournal.events import Event, NewEvent
@@ -45,7 +45,6 @@ __all__ = [
     "carried",
     "event_batch",
     "journal_id",
-    "listed",
     "session_metadata",
 ]
 
@@ -160,21 +159,6 @@ def call_ids(event: Mapping[str, Any]) -> set[str]:
             if isinstance(inner, Mapping) and _nonempty(inner.get("id")):
                 found.add(inner["id"])
     return found
-
-
-def listed(events: Iterable[Event], name: str) -> list[str]:
-    """The names a directory's events leave listed (`name`: the payload key), in first-listed
-    order."""
-    names: dict[str, None] = {}
-    for event in events:
-        value = event.payload.get(name)
-        if not isinstance(value, str):
-            continue
-        if event.type == SESSION_UNLISTED:
-            names.pop(value, None)
-        else:
-            names.setdefault(value, None)
-    return list(names)
 
 
 def _nonempty(value: Any) -> bool:
