@@ -22,7 +22,7 @@ from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from agentjournal import AsyncJournal, InvalidArgument, Journal
+from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal
 from agentjournal.integrations.adk import JournalSessionService, from_uri
 from agentjournal.integrations.adk_events import journal_id
 from postgres_fixtures import POOL_RANDOM
@@ -624,5 +624,22 @@ def test_a_session_deleted_and_created_again_is_another_revision(
         got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
         assert got is not None
         assert got.events == new.events
+
+    run(go())
+
+
+def test_an_event_the_journal_cannot_hold_is_refused_with_nothing_written(
+    service: JournalSessionService,
+) -> None:
+    async def go() -> None:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        with pytest.raises(InvalidEvent):
+            await service.append_event(session, text_event("user", "nul \x00 byte", at=1.0, k=1))
+        assert session.events == []
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None
+        assert (got.events, got.state) == ([], {})
+        # The session object is still current: nothing was written.
+        await service.append_event(session, text_event("user", "fine", at=2.0))
 
     run(go())
