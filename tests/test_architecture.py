@@ -136,11 +136,16 @@ ALLOWED: dict[str, set[str]] = {
         "events",
         "journal",
         "projection",
+        "runtime.mcp_servers",
+        "runtime.mcp_tools",
         "runtime.model_loop",
         "runtime.shapes",
         "runtime.turn_stream",
     },
     "runtime.shapes": {"events"},
+    # MCP servers as tools: their specs are plain data; connecting them needs the mcp extra.
+    "runtime.mcp_servers": {"errors"},
+    "runtime.mcp_tools": {"errors", "runtime.mcp_servers", "runtime.shapes"},
     # Streaming stands on the shapes, not on the loop (which offers it: stream_turn).
     "runtime.model_loop": {"errors", "runtime.shapes", "runtime.streaming"},
     "runtime.turn_stream": {
@@ -167,8 +172,10 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {
         "runtime.agent",
         "runtime.anthropic_model",
+        "runtime.mcp_servers",
         "runtime.model_loop",
         "runtime.models",
+        "runtime.shapes",
         "runtime.resume",
         "runtime.streaming",
         "runtime.turn_stream",
@@ -205,6 +212,24 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    "integrations.pydantic_ai_events": {"events", "replay"},
+    "integrations.pydantic_ai": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "replay",
+    },
+    "integrations.pydantic_ai_store": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "projection",
+    },
     "integrations.adk_events": {"events"},
     "integrations.adk_store": {"errors", "events", "integrations.adk_events", "journal"},
     "integrations.adk": {
@@ -236,6 +261,7 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "integrations.pydantic_ai_events",
     "integrations.adk_events",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that

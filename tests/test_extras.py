@@ -32,6 +32,9 @@ BLOCKED = (
     "langgraph",
     "openai",
     "anthropic",
+    "mcp",
+    "mcp_types",
+    "pydantic_ai",
     "google",
 )
 
@@ -89,6 +92,16 @@ for name in ("OpenAIChatModel", "AnthropicModel"):
         report[name] = [type(exc).__name__, str(exc)]
     except BaseException as exc:
         report[name] = ["not a JournalError: " + type(exc).__name__, str(exc)]
+
+try:  # an agent's MCP servers need the SDK's client: asking for them names the extra
+    agentjournal.runtime.Agent(
+        agentjournal.runtime.ScriptedModel({}, "hi"),
+        mcp_servers=[agentjournal.runtime.MCPServer("files", command="files-server")],
+    )
+except agentjournal.JournalError as exc:
+    report["mcp_servers"] = [type(exc).__name__, str(exc)]
+except BaseException as exc:
+    report["mcp_servers"] = ["not a JournalError: " + type(exc).__name__, str(exc)]
 
 
 def cli(*args):
@@ -171,6 +184,14 @@ def test_a_model_without_its_client_is_a_typed_error_naming_the_extra(
     kind, message = child[model]
     assert kind == "InvalidArgument"
     assert f"pip install 'agentjournal[{extra}]'" in message
+
+
+def test_mcp_servers_without_the_sdk_are_a_typed_error_naming_the_extra(
+    child: dict[str, Any],
+) -> None:
+    kind, message = child["mcp_servers"]
+    assert kind == "InvalidArgument"
+    assert "pip install 'agentjournal[mcp]'" in message
 
 
 @pytest.mark.parametrize(

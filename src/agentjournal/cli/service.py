@@ -82,6 +82,13 @@ def serve(
             " function returning one). Cut turns are finished before the first request."
         ),
     ] = None,
+    mcp_servers: Annotated[
+        Path | None,
+        typer.Option(
+            help="Give the agent the tools of these MCP servers: a JSON file in the shape MCP"
+            ' clients use ({"mcpServers": {...}}, docs/runtime.md). Needs --agent.'
+        ),
+    ] = None,
     task_lease: Annotated[
         float, typer.Option(help="Lease (seconds) of the agent's task worker; renewed at 1/3.")
     ] = 10.0,
@@ -118,6 +125,10 @@ def serve(
     from agentjournal.server.service import is_loopback, open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
+    if mcp_servers is not None:
+        if hosted is None:
+            fail("--mcp-servers gives an agent tools: it needs --agent")
+        _add_mcp_servers(hosted, mcp_servers)
     # Refused before the journal is opened: opening creates the database and migrates it.
     keys_exist = not is_loopback(host) and active_keys_exist(db)
     refusal = open_bind_refusal(host, keys_exist=keys_exist)
@@ -143,8 +154,12 @@ def serve(
             metrics_public=metrics_public,
             mcp=mcp_mode(mcp),
         )
+        described = agent
+        if hosted is not None and hosted.mcp_servers:
+            names = ", ".join(server.name for server in hosted.mcp_servers)
+            described = f"{agent} (MCP servers: {names})"
         banner = _banner(
-            _url(listening), Journal.describe(db), app.state.service.open, agent, access_log
+            _url(listening), Journal.describe(db), app.state.service.open, described, access_log
         )
         config = uvicorn.Config(app, log_level="warning", access_log=access_log)
         if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
@@ -202,6 +217,15 @@ def _load_agent(spec: str) -> Agent:
             f"{spec!r} gave {type(made).__name__}, not an Agent", param_hint="--agent"
         )
     return made
+
+
+def _add_mcp_servers(agent: Agent, path: Path) -> None:
+    from agentjournal.runtime import load_mcp_servers
+
+    try:
+        agent.add_mcp_servers(load_mcp_servers(path))
+    except InvalidArgument as exc:  # a mistake in the file, or the mcp extra missing
+        fail(f"--mcp-servers: {exc}")
 
 
 def _check_new_file(db: str) -> None:
