@@ -63,3 +63,7 @@ bench-anatomy: $(STAMP)  # where one append's time goes: SQL, Python, pages per 
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: bench-adk
+bench-adk: $(STAMP)  # JournalSessionService beside Google ADK's DatabaseSessionService
+	$(BIN)/python bench/adk_bench.py

@@ -230,6 +230,16 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "projection",
     },
+    "integrations.adk_events": {"events"},
+    "integrations.adk_store": {"errors", "events", "integrations.adk_events", "journal"},
+    "integrations.adk": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.adk_events",
+        "integrations.adk_store",
+        "journal",
+    },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},
@@ -267,6 +277,7 @@ PURE = {
     "integrations.known_state",
     "integrations.langgraph_events",
     "integrations.pydantic_ai_events",
+    "integrations.adk_events",
     "otel.turns",
     "otel.spans",
 }
@@ -467,7 +478,7 @@ def test_importing_agentjournal_imports_no_framework() -> None:
     code = (
         "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp'}))"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp', 'google'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -35,6 +35,7 @@ BLOCKED = (
     "mcp",
     "mcp_types",
     "pydantic_ai",
+    "google",
     "opentelemetry",
 )
 
