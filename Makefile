@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy bench-stream bench-wrk bench-replication clean
+.PHONY: demo test lint typecheck bench bench-ops bench-postgres bench-feed bench-agents bench-langgraph bench-peers bench-anatomy bench-stream bench-wrk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentjournal needs Python 3.11+"'
@@ -64,6 +64,11 @@ bench-anatomy: $(STAMP)  # where one append's time goes: SQL, Python, pages per 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
 
+.PHONY: bench-adk
+bench-adk: $(STAMP)  # JournalSessionService beside Google ADK's DatabaseSessionService
+	$(BIN)/python bench/adk_bench.py
+
+.PHONY: bench-replication
 bench-replication: $(STAMP)  # SQLite -> PostgreSQL catch-up beside export+import, lag; the SIGKILL soak
 	cd bench && ../$(BIN)/python replication_bench.py
 	$(BIN)/python bench/replication_soak.py

@@ -155,11 +155,16 @@ ALLOWED: dict[str, set[str]] = {
         "events",
         "journal",
         "projection",
+        "runtime.mcp_servers",
+        "runtime.mcp_tools",
         "runtime.model_loop",
         "runtime.shapes",
         "runtime.turn_stream",
     },
     "runtime.shapes": {"events"},
+    # MCP servers as tools: their specs are plain data; connecting them needs the mcp extra.
+    "runtime.mcp_servers": {"errors"},
+    "runtime.mcp_tools": {"errors", "runtime.mcp_servers", "runtime.shapes"},
     # Streaming stands on the shapes, not on the loop (which offers it: stream_turn).
     "runtime.model_loop": {"errors", "runtime.shapes", "runtime.streaming"},
     "runtime.turn_stream": {
@@ -186,8 +191,10 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {
         "runtime.agent",
         "runtime.anthropic_model",
+        "runtime.mcp_servers",
         "runtime.model_loop",
         "runtime.models",
+        "runtime.shapes",
         "runtime.resume",
         "runtime.streaming",
         "runtime.turn_stream",
@@ -224,11 +231,54 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "replay",
     },
+    "integrations.pydantic_ai_events": {"events", "replay"},
+    "integrations.pydantic_ai": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "replay",
+    },
+    "integrations.pydantic_ai_store": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.pydantic_ai",
+        "integrations.pydantic_ai_events",
+        "journal",
+        "projection",
+    },
+    "integrations.adk_events": {"events"},
+    "integrations.adk_store": {"errors", "events", "integrations.adk_events", "journal"},
+    "integrations.adk": {
+        "aio",
+        "errors",
+        "events",
+        "integrations.adk_events",
+        "integrations.adk_store",
+        "journal",
+    },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.
     "mcp": {"aio", "mcp.resources", "mcp.tools"},
     "mcp.tools": {"aio", "errors", "events", "projection"},
     "mcp.resources": {"aio", "errors", "mcp.tools"},
     "mcp.transports": {"aio", "mcp"},
+    # OpenTelemetry export: the fold and the span mapping are pure; the exporter and its
+    # checkpoint sit on the library's face.
+    "otel": set(),
+    "otel.turns": {"events"},
+    "otel.spans": {"events", "otel.turns"},
+    "otel.checkpoint": {"arguments", "errors", "journal", "otel.turns"},
+    "otel.exporter": {
+        "errors",
+        "events",
+        "journal",
+        "otel.checkpoint",
+        "otel.spans",
+        "otel.turns",
+    },
+    "otel.background": {"errors", "journal", "otel.exporter"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {
@@ -245,6 +295,10 @@ PURE = {
     "integrations.responses",
     "integrations.known_state",
     "integrations.langgraph_events",
+    "integrations.pydantic_ai_events",
+    "integrations.adk_events",
+    "otel.turns",
+    "otel.spans",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that
 # scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.
@@ -443,7 +497,7 @@ def test_importing_agentjournal_imports_no_framework() -> None:
     code = (
         "import sys, agentjournal, agentjournal.journal, agentjournal.aio, agentjournal.cli;"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp'}))"
+        " & {'langgraph', 'langchain_core', 'agents', 'openai', 'mcp', 'google'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -32,6 +32,11 @@ BLOCKED = (
     "langgraph",
     "openai",
     "anthropic",
+    "mcp",
+    "mcp_types",
+    "pydantic_ai",
+    "google",
+    "opentelemetry",
 )
 
 CHILD = r"""
@@ -89,6 +94,16 @@ for name in ("OpenAIChatModel", "AnthropicModel"):
     except BaseException as exc:
         report[name] = ["not a JournalError: " + type(exc).__name__, str(exc)]
 
+try:  # an agent's MCP servers need the SDK's client: asking for them names the extra
+    agentjournal.runtime.Agent(
+        agentjournal.runtime.ScriptedModel({}, "hi"),
+        mcp_servers=[agentjournal.runtime.MCPServer("files", command="files-server")],
+    )
+except agentjournal.JournalError as exc:
+    report["mcp_servers"] = [type(exc).__name__, str(exc)]
+except BaseException as exc:
+    report["mcp_servers"] = ["not a JournalError: " + type(exc).__name__, str(exc)]
+
 
 def cli(*args):
     out, err = io.StringIO(), io.StringIO()
@@ -120,6 +135,7 @@ report["cli"] = {
     "serve": cli("serve", "--db", db, "--port", "1"),
     "demo": cli("demo"),
     "sessions on postgresql": cli("sessions", "--db", "postgresql://127.0.0.1:1/none"),
+    "otel-export": cli("otel-export", "--db", db, "--otlp-endpoint", "http://127.0.0.1:1"),
 }
 report["refused"] = sorted({name.partition(".")[0] for name in refused})
 report["imported"] = sorted(BLOCKED & {m.partition(".")[0] for m in sys.modules})
@@ -172,6 +188,14 @@ def test_a_model_without_its_client_is_a_typed_error_naming_the_extra(
     assert f"pip install 'agentjournal[{extra}]'" in message
 
 
+def test_mcp_servers_without_the_sdk_are_a_typed_error_naming_the_extra(
+    child: dict[str, Any],
+) -> None:
+    kind, message = child["mcp_servers"]
+    assert kind == "InvalidArgument"
+    assert "pip install 'agentjournal[mcp]'" in message
+
+
 @pytest.mark.parametrize(
     "command", ["sessions", "show", "replay", "verify", "export", "import", "keys create"]
 )
@@ -206,3 +230,10 @@ def test_a_postgresql_url_without_psycopg_names_the_extra(child: dict[str, Any])
     assert run["code"] == 2, run
     assert "Traceback" not in run["err"], run["err"]
     assert "pip install 'agentjournal[postgres]'" in run["err"], run["err"]
+
+
+def test_otel_export_names_the_extra_to_install(child: dict[str, Any]) -> None:
+    run = child["cli"]["otel-export"]
+    assert run["code"] == 2, run
+    assert "Traceback" not in run["err"], run["err"]
+    assert "pip install 'agentjournal[otel]'" in run["err"], run["err"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,24 +19,31 @@ from agentjournal.backends.sqlite_search import Gathered
 
 
 class Offer(threading.Thread):
-    """`handoff.run(work, ...)` on a thread of its own, as the follower calls it."""
+    """`handoff.run(work, ...)` on a thread of its own, as the follower calls it; unless told
+    otherwise, the follower doing the work itself records it and reports 7 events."""
 
-    def __init__(self, handoff: Handoff[str], work: str) -> None:
+    def __init__(
+        self, handoff: Handoff[Any], work: Any, do_itself: Callable[[Any], int] | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.handoff, self.work = handoff, work
-        self.done_itself: list[str] = []
+        self.done_itself: list[Any] = []
         self.result: int | None = -1
+        self._do_itself = do_itself or self.record
 
     def run(self) -> None:
-        self.result = self.handoff.run(self.work, self.do_itself)
+        self.result = self.handoff.run(self.work, self._do_itself)
 
-    def do_itself(self, work: str) -> int:
+    def record(self, work: Any) -> int:
         self.done_itself.append(work)
         return 7
 
 
-def offered(handoff: Handoff[str], work: str) -> Offer:
-    offer = Offer(handoff, work)
+def offered(
+    handoff: Handoff[Any], work: Any, do_itself: Callable[[Any], int] | None = None
+) -> Offer:
+    """An `Offer` started and seen pending, so the next `take` finds it."""
+    offer = Offer(handoff, work, do_itself)
     offer.start()
     deadline = time.monotonic() + 30
     while not handoff.pending:
@@ -82,10 +91,7 @@ def test_an_append_stores_the_followers_batch_in_its_own_transaction(db_path: Pa
         first = journal.append(sid, "user_message", {"content": "kittiwake"})
         gathered = search.gather(storage._reader(), 10)
         assert gathered is not None
-        offer = threading.Thread(target=search.handoff.run, args=(gathered, pytest.fail))
-        offer.start()
-        while not search.handoff.pending:
-            time.sleep(0.001)
+        offer = offered(search.handoff, gathered, pytest.fail)
         journal.append(sid, "assistant_message", {"content": "noted"})
         offer.join(30)
         assert not search.handoff.pending
@@ -104,16 +110,10 @@ def test_index_work_that_fails_leaves_the_append_committed(db_path: Path) -> Non
         first = journal.append(sid, "user_message", {"content": "fulmar"})
         # A row FTS5 refuses (a rowid that is not an integer): the savepoint undoes it.
         broken = Gathered(0, [1, first.event_id], [("not a rowid", "fulmar")])  # type: ignore[list-item]
-        results: list[int | None] = []
-        offer = threading.Thread(
-            target=lambda: results.append(search.handoff.run(broken, pytest.fail))
-        )
-        offer.start()
-        while not search.handoff.pending:
-            time.sleep(0.001)
+        offer = offered(search.handoff, broken, pytest.fail)
         second = journal.append(sid, "assistant_message", {"content": "petrel"})
         offer.join(30)
-        assert results == [None]
+        assert offer.result is None
         assert [e.seq for e in journal.events(sid)][-1] == second.seq
         assert storage._read("SELECT indexed_upto FROM search_state")[0][0] == 0
         assert [h.seq for h in journal.search("fulmar").hits] == [first.seq]

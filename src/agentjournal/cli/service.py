@@ -27,11 +27,14 @@ from agentjournal.cli.common import (
     require_extra,
 )
 from agentjournal.cli.mcp_server import mcp_mode
+from agentjournal.cli.otel import traces_url
 from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import uvicorn
 
+    from agentjournal.journal import Journal
+    from agentjournal.otel.background import BackgroundExport
     from agentjournal.runtime import Agent
 
 
@@ -82,6 +85,13 @@ def serve(
             " function returning one). Cut turns are finished before the first request."
         ),
     ] = None,
+    mcp_servers: Annotated[
+        Path | None,
+        typer.Option(
+            help="Give the agent the tools of these MCP servers: a JSON file in the shape MCP"
+            ' clients use ({"mcpServers": {...}}, docs/runtime.md). Needs --agent.'
+        ),
+    ] = None,
     task_lease: Annotated[
         float, typer.Option(help="Lease (seconds) of the agent's task worker; renewed at 1/3.")
     ] = 10.0,
@@ -99,6 +109,17 @@ def serve(
     access_log: Annotated[
         bool, typer.Option(help="Print a line per request to stdout (uvicorn's access log).")
     ] = False,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Also export every tenant's turns as OpenTelemetry spans to this OTLP/HTTP"
+            " receiver, once a second, as `otel-export` does (docs/observability.md).",
+            show_default=False,
+        ),
+    ] = None,
+    otlp_capture_content: Annotated[
+        bool, typer.Option(help="With --otlp-endpoint: message content on the spans.")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -108,6 +129,9 @@ def serve(
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
     require_extra("server", "serve", "uvicorn", "agentjournal.server")
+    if otlp_endpoint is not None:
+        require_extra("otel", "serve --otlp-endpoint", "agentjournal.otel.background")
+        otlp_endpoint = traces_url(otlp_endpoint)
     if agent == "openai":
         require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
@@ -118,6 +142,10 @@ def serve(
     from agentjournal.server.service import is_loopback, open_bind_refusal
 
     hosted = None if agent is None else _load_agent(agent)
+    if mcp_servers is not None:
+        if hosted is None:
+            fail("--mcp-servers gives an agent tools: it needs --agent")
+        _add_mcp_servers(hosted, mcp_servers)
     # Refused before the journal is opened: opening creates the database and migrates it.
     keys_exist = not is_loopback(host) and active_keys_exist(db)
     refusal = open_bind_refusal(host, keys_exist=keys_exist)
@@ -143,13 +171,37 @@ def serve(
             metrics_public=metrics_public,
             mcp=mcp_mode(mcp),
         )
+        described = agent
+        if hosted is not None and hosted.mcp_servers:
+            names = ", ".join(server.name for server in hosted.mcp_servers)
+            described = f"{agent} (MCP servers: {names})"
         banner = _banner(
-            _url(listening), Journal.describe(db), app.state.service.open, agent, access_log
+            _url(listening), Journal.describe(db), app.state.service.open, described, access_log
         )
         config = uvicorn.Config(app, log_level="warning", access_log=access_log)
         if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
             logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-        _run(config, listening, banner)
+        export = None
+        if otlp_endpoint is not None:
+            export = _start_export(journal, otlp_endpoint, otlp_capture_content)
+            banner.append(f"  otel       every tenant's turns to {otlp_endpoint}")
+        try:
+            _run(config, listening, banner)
+        finally:
+            if export is not None:
+                export.stop()
+
+
+def _start_export(journal: Journal, endpoint: str, capture_content: bool) -> BackgroundExport:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from agentjournal.otel.background import BackgroundExport
+
+    export = BackgroundExport(
+        journal, OTLPSpanExporter(endpoint=endpoint), capture_content=capture_content
+    )
+    export.start()
+    return export
 
 
 def _banner(
@@ -202,6 +254,15 @@ def _load_agent(spec: str) -> Agent:
             f"{spec!r} gave {type(made).__name__}, not an Agent", param_hint="--agent"
         )
     return made
+
+
+def _add_mcp_servers(agent: Agent, path: Path) -> None:
+    from agentjournal.runtime import load_mcp_servers
+
+    try:
+        agent.add_mcp_servers(load_mcp_servers(path))
+    except InvalidArgument as exc:  # a mistake in the file, or the mcp extra missing
+        fail(f"--mcp-servers: {exc}")
 
 
 def _check_new_file(db: str) -> None:

@@ -8,4 +8,10 @@ by name, with its framework as an optional extra; `import agentjournal` never im
 - `agentjournal.integrations.langgraph.JournalSaver` / `AsyncJournalSaver`: LangGraph's
   checkpointer (`pip install 'agentjournal[langgraph]'`); `langgraph_events` holds its events
   (pure), `langgraph_store` finds a thread's checkpoints and values in the journal.
+- `agentjournal.integrations.pydantic_ai.JournalHistory`: PydanticAI's message history, and
+  `pydantic_ai_store.JournalConversationStore` its `ConversationStore`
+  (`pip install 'agentjournal[pydantic-ai]'`); `pydantic_ai_events` holds their events (pure).
+- `agentjournal.integrations.adk.JournalSessionService`: Google ADK's session service
+  (`pip install 'agentjournal[adk]'`); `adk_events` holds its events (pure), `adk_store` finds
+  sessions, state and directories in the journal.
 """

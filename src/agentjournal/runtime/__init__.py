@@ -11,9 +11,11 @@ from agentjournal.runtime.agent import (
     TurnResult,
 )
 from agentjournal.runtime.anthropic_model import AnthropicModel
+from agentjournal.runtime.mcp_servers import MCPServer, load_mcp_servers
 from agentjournal.runtime.model_loop import TurnControl
 from agentjournal.runtime.models import OpenAIChatModel, Script, ScriptedModel
 from agentjournal.runtime.resume import ResumeReport, UnfinishedTurn, resume_incomplete
+from agentjournal.runtime.shapes import ToolFailed
 from agentjournal.runtime.streaming import (
     Completed,
     ModelChunk,
@@ -31,6 +33,7 @@ __all__ = [
     "Completed",
     "Handler",
     "Invocation",
+    "MCPServer",
     "Model",
     "ModelChunk",
     "ModelReply",
@@ -45,11 +48,13 @@ __all__ = [
     "TextDelta",
     "Tool",
     "ToolCallDelta",
+    "ToolFailed",
     "TurnControl",
     "TurnItem",
     "TurnResult",
     "TurnStream",
     "UnfinishedTurn",
     "Worker",
+    "load_mcp_servers",
     "resume_incomplete",
 ]

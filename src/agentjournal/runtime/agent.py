@@ -8,6 +8,9 @@ started on the same session meanwhile gets `Conflict` and runs nothing.
 `Agent.finish_turn` continues a turn a crash cut. A tool call without a result is run again only
 if its tool is idempotent; otherwise it gets an error result saying it was interrupted (it may or
 may not have taken effect), and the model decides what to tell the user.
+
+The tools are Python `Tool`s and, with `mcp_servers`, the tools of MCP servers (connected and
+adapted in runtime/mcp_tools.py): both are journaled, run and resumed by the same rules.
 """
 
 from __future__ import annotations
@@ -15,16 +18,27 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentjournal.errors import Conflict, InvalidArgument, ModelError, TurnAbandoned
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.projection import TURN_EVENTS, Session
+from agentjournal.runtime.mcp_servers import MCPServer
 from agentjournal.runtime.model_loop import TurnCancelled, TurnControl, close_model, stream_reply
-from agentjournal.runtime.shapes import Invocation, ModelReply, RequestedCall, Tool, TurnResult
+from agentjournal.runtime.shapes import (
+    Invocation,
+    ModelReply,
+    RequestedCall,
+    Tool,
+    ToolFailed,
+    TurnResult,
+)
 from agentjournal.runtime.turn_stream import AsyncTurnStream, TurnStream
 from agentjournal.runtime.turn_stream import _Turn as _StreamedTurn
+
+if TYPE_CHECKING:
+    from agentjournal.runtime.mcp_tools import MCPTools
 
 __all__ = [
     "ERROR_PREFIX",
@@ -58,7 +72,9 @@ class Model(Protocol):
 
 class Agent:
     """A model, its tools, and the loop that journals every step. `name` is what sessions record
-    in `metadata.agent`, so that `resume_incomplete` finishes only this agent's turns."""
+    in `metadata.agent`, so that `resume_incomplete` finishes only this agent's turns.
+    `mcp_servers` are MCP servers whose tools the model is offered beside `tools` (as
+    `{server}__{tool}`; the `mcp` extra), started or connected on the first turn."""
 
     def __init__(
         self,
@@ -69,6 +85,7 @@ class Agent:
         max_steps: int = 8,
         max_context_tokens: int = 100_000,
         task_handlers: Mapping[str, Callable[[Any], Any]] | None = None,
+        mcp_servers: Sequence[MCPServer] = (),
     ) -> None:
         names = [tool.name for tool in tools]
         if len(names) != len(set(names)):
@@ -82,10 +99,41 @@ class Agent:
         self.max_context_tokens = max_context_tokens
         # Background work this agent's process runs (`Worker` handlers, by task type).
         self.task_handlers = dict(task_handlers or {})
+        self._mcp: MCPTools | None = None
+        if mcp_servers:
+            self.add_mcp_servers(mcp_servers)
+
+    def add_mcp_servers(self, servers: Sequence[MCPServer]) -> None:
+        """Offer the tools of these MCP servers too (`serve --mcp-servers` adds them to an agent
+        it loaded); names unique among the agent's servers. Before its first turn, best."""
+        if self._mcp is None:
+            try:
+                from agentjournal.runtime.mcp_tools import MCPTools
+            except ImportError as exc:
+                raise InvalidArgument(
+                    f"MCP servers need the mcp extra ({exc.name} is not installed):"
+                    " pip install 'agentjournal[mcp]'"
+                ) from exc
+            self._mcp = MCPTools()
+        self._mcp.add(servers)
+
+    @property
+    def mcp_servers(self) -> list[MCPServer]:
+        return [] if self._mcp is None else self._mcp.servers
+
+    def offered_tools(self) -> dict[str, Tool]:
+        """The tools the model is offered now, by name: the Python tools and the tools of the
+        MCP servers that are up (a Python tool wins a name both have)."""
+        if self._mcp is None:
+            return self.tools
+        return {**self._mcp.tools(), **self.tools}
 
     def close(self) -> None:
-        """Close the model's connections (a streaming client's are on the model loop)."""
+        """Close the model's connections (a streaming client's are on the model loop) and stop
+        the MCP servers it started."""
         close_model(self.model)
+        if self._mcp is not None:
+            self._mcp.close()
 
     def create_session(
         self, journal: Journal, title: str = "", *, idempotency_key: str | None = None, **kw: Any
@@ -177,9 +225,14 @@ class Agent:
             if not held:
                 raise Conflict(f"the turn of session {session_id!r} is running elsewhere")
             turn = _Turn(journal, session_id, on_event, session.last_seq, on_delta, control)
+            tools = self.offered_tools()
             for call in journal.tool_calls(session_id, open_only=True):
-                tool = self.tools.get(call.name)
-                if tool is not None and tool.idempotent:
+                tool = tools.get(call.name)
+                if tool is None and self._mcp is not None:
+                    again = self._mcp.idempotent(call.name)  # its server is down: say why
+                else:
+                    again = tool is not None and tool.idempotent
+                if again:
                     content, is_error = self._run_tool(
                         session_id, call.call_id, call.name, call.arguments
                     )
@@ -239,9 +292,16 @@ class Agent:
                 else [NewEvent("assistant_message", {"content": reply.content})]
             )
             calls = _fresh_ids(reply.tool_calls, turn.journal, turn.session_id)
+            tools = self.offered_tools()
             batch += [
                 NewEvent(
-                    "tool_call", {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                    "tool_call",
+                    {
+                        **(tools[c.name].call_fields if c.name in tools else {}),
+                        "call_id": c.call_id,
+                        "name": c.name,
+                        "arguments": c.arguments,
+                    },
                 )
                 for c in calls
             ]
@@ -259,10 +319,10 @@ class Agent:
         streams = hasattr(self.model, "stream")
         wanted = turn.on_delta is not None or turn.control is not None
         if streams and (wanted or not hasattr(self.model, "complete")):
-            tools = list(self.tools.values())
+            tools = list(self.offered_tools().values())
             return stream_reply(self.model, messages, tools, turn.on_delta, turn.control)
         try:
-            reply = self.model.complete(messages, list(self.tools.values()))
+            reply = self.model.complete(messages, list(self.offered_tools().values()))
         except ModelError:
             raise
         except Exception as exc:  # a model adapter's own failure: the turn stays resumable
@@ -274,9 +334,10 @@ class Agent:
     def _run_tool(
         self, session_id: str, call_id: str, name: str, arguments: str
     ) -> tuple[str, bool]:
-        tool = self.tools.get(name)
+        tool = self.offered_tools().get(name)
         if tool is None:
-            return f"{ERROR_PREFIX}there is no tool named {name!r}", True
+            why = None if self._mcp is None else self._mcp.missing(name)
+            return f"{ERROR_PREFIX}{why or f'there is no tool named {name!r}'}", True
         try:
             parsed = json.loads(arguments or "{}")
             if not isinstance(parsed, dict):
@@ -287,6 +348,8 @@ class Agent:
             return f"{ERROR_PREFIX}bad arguments for {name}: {exc}", True
         try:
             result = tool.function(parsed, Invocation(session_id, call_id))
+        except ToolFailed as exc:
+            return f"{ERROR_PREFIX}{exc}", True
         except Exception as exc:  # the tool's failure is the model's to handle
             return f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", True
         if isinstance(result, str):

@@ -10,7 +10,7 @@ from typing import Any
 
 from agentjournal.events import Event
 
-__all__ = ["Invocation", "ModelReply", "RequestedCall", "Tool", "TurnResult"]
+__all__ = ["Invocation", "ModelReply", "RequestedCall", "Tool", "ToolFailed", "TurnResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,9 @@ class Invocation:
 @dataclass(frozen=True, slots=True)
 class Tool:
     """A function the model may call. `function(arguments, invocation)` returns the result text
-    (anything else is sent as JSON); an exception becomes an error result."""
+    (anything else is sent as JSON); an exception becomes an error result. `call_fields` are
+    journaled in each of its `tool_call` events beside the call's id, name and arguments (an MCP
+    server's tool names its server and its own name there)."""
 
     name: str
     function: Callable[[dict[str, Any], Invocation], Any]
@@ -38,6 +40,7 @@ class Tool:
     parameters: Mapping[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
+    call_fields: Mapping[str, str] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
         """The tool as the OpenAI chat-completions `tools` list declares it."""
@@ -49,6 +52,11 @@ class Tool:
                 "parameters": dict(self.parameters),
             },
         }
+
+
+class ToolFailed(Exception):
+    """Raised by a tool whose failure the model should read as it is: the error result is
+    `error: <message>` (any other exception's also names its type)."""
 
 
 @dataclass(frozen=True, slots=True)

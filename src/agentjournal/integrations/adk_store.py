@@ -1,0 +1,217 @@
+"""Where `JournalSessionService` finds ADK sessions in the journal: a session's newest events and
+the state they point at, the shared `app:` and `user:` state, and the directories that list an
+app's users and a user's sessions. Nothing is remembered between calls: every answer is read
+from the journal, so other processes' writes are always seen. See `adk_events` for the events.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from agentjournal.errors import Conflict, SessionNotFound
+from agentjournal.events import Event
+from agentjournal.integrations.adk_events import (
+    SESSION_LISTED,
+    SESSION_UNLISTED,
+    USER_LISTED,
+    carried,
+    journal_id,
+)
+from agentjournal.journal import Journal
+
+__all__ = [
+    "Head",
+    "exists",
+    "list_session",
+    "listed_names",
+    "newest",
+    "session_state",
+    "shared_state",
+    "unlist_session",
+    "update_shared",
+]
+
+_PAGE = 200  # events read per step when reading a session backwards
+_DIRECTORY_PAGE = 1000
+_ATTEMPTS = 100  # rounds lost to other writers of a shared state before giving up
+
+
+class Head:
+    """What the newest events of an ADK session say: its newest journal event, the time of its
+    last update, and where its own state is (`state`, or the seq of the event holding it)."""
+
+    __slots__ = ("last", "state", "state_seq", "updated")
+
+    def __init__(self, last: Event, updated: float, state_seq: int, state: Any) -> None:
+        self.last, self.updated, self.state_seq, self.state = last, updated, state_seq, state
+
+    @property
+    def marker(self) -> str:
+        """The session's revision, as a session object remembers it: the seq and the event id
+        (never reused) of its newest event."""
+        return marker_of(self.last)
+
+
+def marker_of(event: Event) -> str:
+    return f"{event.seq}:{event.event_id}"
+
+
+def newest(
+    journal: Journal, jid: str, count: int | None, after: float | None
+) -> tuple[Head, list[dict[str, Any]]] | None:
+    """The session's head and its newest `count` ADK events (all with None) whose time is not
+    before `after`, newest first: read backwards, a page at a time, so the cost follows what is
+    returned, not the session's length. None if it is not an ADK session; `SessionNotFound` if
+    there is no such session."""
+    carriers: list[dict[str, Any]] = []
+    head: Head | None = None
+    # A first page the size of what is asked (a few more: the batch's other events), then
+    # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
+    size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
+    page = journal.events(jid, last=size)
+    last = page[-1]
+    while True:
+        for event in reversed(page):
+            if event.seq == 1:
+                if head is None:  # no ADK event yet: the creation says it all
+                    metadata = event.payload.get("metadata", {})
+                    if metadata.get("integration") != "adk":
+                        return None
+                    head = Head(last, metadata["created"], 1, metadata.get("state", {}))
+                break
+            adk = carried(event)
+            if adk is None:
+                continue
+            timestamp = adk["event"].get("timestamp", 0.0)
+            if head is None:
+                head = Head(last, timestamp, adk["state_seq"], adk.get("state"))
+            # Older than asked for: the rest are older still (ADK's in-memory service stops
+            # at the same event).
+            if (after is not None and timestamp < after) or (
+                count is not None and len(carriers) >= count
+            ):
+                break
+            carriers.append(adk)
+        else:
+            if page[0].seq > 1:
+                size = min(_PAGE, size * 2)
+                page = journal.events(jid, last=size, before=page[0].seq)
+                continue
+        break
+    if head is None:
+        return None
+    return head, carriers
+
+
+def session_state(journal: Journal, jid: str, head: Head) -> dict[str, Any]:
+    """The session's own state as of `head`."""
+    if head.state is not None:
+        return dict(head.state)
+    event = journal.events(jid, after=head.state_seq - 1, limit=1)[0]
+    if event.seq == 1:
+        return dict(event.payload.get("metadata", {}).get("state", {}))
+    adk = carried(event)
+    return dict(adk.get("state", {})) if adk is not None else {}
+
+
+def shared_state(journal: Journal, jid: str) -> dict[str, Any]:
+    """An app's or a user's state: the newest event of its session ({} if none)."""
+    try:
+        found = journal.events(jid, last=1)
+    except SessionNotFound:
+        return {}
+    state = found[0].payload.get("state") if found else None
+    return dict(state) if isinstance(state, dict) else {}
+
+
+def update_shared(
+    journal: Journal, kind: str, app_name: str, user_id: str | None, delta: dict[str, Any]
+) -> dict[str, Any]:
+    """Apply `delta` to an app's state (`user_id` None) or a user's and return the state: read,
+    merge, append at the seq read, again if another writer came first."""
+    if user_id is None:
+        jid, scope = journal_id("app", app_name), {"app_name": app_name}
+    else:
+        jid = journal_id("user", app_name, user_id)
+        scope = {"app_name": app_name, "user_id": user_id}
+    if not delta:
+        return shared_state(journal, jid)
+    for attempt in range(_ATTEMPTS):
+        last_seq = _ensure(journal, jid, f"ADK {kind}", {"integration": "adk", **scope})
+        state = {**shared_state(journal, jid), **delta}
+        try:
+            journal.append(jid, kind, {**scope, "state": state}, expected_seq=last_seq)
+        except Conflict:
+            # Another writer came first: wait a random while, longer each time (at most
+            # 50 ms), so that contending writers stop meeting at the same moment.
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+            continue
+        return state
+    raise Conflict(f"{kind}: other writers kept appending; try again")
+
+
+def listed_names(journal: Journal, jid: str, name: str) -> list[str]:
+    """The names a directory session leaves listed (`name`: the payload key), in first-listed
+    order ([] if the directory does not exist)."""
+    names: dict[str, None] = {}
+    after = 0
+    while True:
+        try:
+            page = journal.events(jid, after=after, limit=_DIRECTORY_PAGE)
+        except SessionNotFound:
+            return []
+        for event in page:
+            value = event.payload.get(name)
+            if not isinstance(value, str):
+                continue
+            if event.type == SESSION_UNLISTED:
+                names.pop(value, None)
+            else:
+                names.setdefault(value, None)
+        if len(page) < _DIRECTORY_PAGE:
+            return list(names)
+        after = page[-1].seq
+
+
+def list_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    """List a session in its user's directory, and the user in the app's on the user's first
+    session. Each name is listed before what it names exists: a crash in between leaves a name
+    that lists nothing (and is skipped), never something no list finds."""
+    directory = journal_id("sessions", app_name, user_id)
+    if not exists(journal, directory):
+        users = journal_id("users", app_name)
+        _ensure(journal, users, "ADK users", {"integration": "adk", "app_name": app_name})
+        journal.append(users, USER_LISTED, {"user_id": user_id})
+    scope = {"integration": "adk", "app_name": app_name, "user_id": user_id}
+    _ensure(journal, directory, "ADK sessions", scope)
+    journal.append(directory, SESSION_LISTED, {"session_id": sid})
+
+
+def unlist_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    directory = journal_id("sessions", app_name, user_id)
+    if exists(journal, directory):
+        journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
+
+
+def exists(journal: Journal, jid: str) -> bool:
+    try:
+        journal.get_session(jid)
+    except SessionNotFound:
+        return False
+    return True
+
+
+def _ensure(journal: Journal, jid: str, title: str, metadata: dict[str, Any]) -> int:
+    """The last seq of a shared or directory session, created on first use."""
+    try:
+        return journal.get_session(jid).last_seq
+    except SessionNotFound:
+        pass
+    try:
+        return journal.create_session(
+            title, session_id=jid, metadata=metadata, idempotency_key=f"adk:{jid}"
+        ).last_seq
+    except Conflict:  # created by another writer meanwhile
+        return journal.get_session(jid).last_seq
