@@ -133,3 +133,50 @@ def test_a_target_refusing_writes_is_retried_with_a_growing_pause(tmp_path: Path
             assert pauses[:3] == [0.1, 0.2, 0.4]
             assert "permission denied" in messages[0]
             assert checks.check(source, target, set()) == []
+
+
+def test_target_connections_terminated_mid_batch_as_by_a_restart(tmp_path: Path) -> None:
+    """What a PostgreSQL restart does to a client, without restarting the server the other
+    tests share: every connection of this replicator terminated by the server (pg_terminate_
+    backend, as a shutdown does), mid-batch or idle, ten times."""
+    checks = soak()
+    rng = random.Random(7)
+    name = f"aj_restart_{rng.randrange(10**9)}"
+    with fresh_schema("restart") as schema, Journal.open(tmp_path / "edge.db") as source:
+        url = url_for(schema, application_name=name)
+        writer = checks.Writer(source, seed=7)
+        writer.start()
+        stop = threading.Event()
+        batches: list[BatchReport] = []
+
+        def follow() -> None:
+            with Journal.open(url) as target:
+                replicate(
+                    source, target, follow=True, stop=stop, batch_size=5, on_batch=batches.append
+                )
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        terminated = 0
+        try:
+            with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+                for _ in range(10):
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    rows = admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE application_name = %s",
+                        (name,),
+                    ).fetchall()
+                    terminated += len(rows)
+        finally:
+            writer.stop.set()
+            writer.join()
+            stop.set()
+            follower.join(timeout=120)
+        assert not follower.is_alive()
+        assert writer.failure is None
+        assert batches
+        assert terminated > 0
+        with Journal.open(url_for(schema)) as target:
+            replicate(source, target)
+            assert checks.check(source, target, writer.purged) == []

@@ -465,8 +465,11 @@ class PostgresStorage:
     def checkpoint(self) -> None:
         """After a purge: VACUUM, so the purged rows' space is reclaimed and overwritten (the
         server's WAL keeps them until it is recycled, like any deleted row)."""
-        with self._pool.connection() as conn:
-            conn.execute("VACUUM search_index, messages, tool_calls, tasks, events, sessions")
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("VACUUM search_index, messages, tool_calls, tasks, events, sessions")
+        except psycopg.Error as exc:  # the purge itself committed; its VACUUM did not run
+            raise StorageError(f"VACUUM after the purge failed: {exc}") from exc
 
     # -- reads ------------------------------------------------------------------------------
 
