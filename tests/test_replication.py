@@ -196,6 +196,30 @@ def test_two_sources_share_a_target_and_a_taken_id_is_the_second_ones_conflict(
         assert statuses == {a.source_id(), b.source_id()}
 
 
+def test_the_target_names_each_replicated_sessions_source_within_its_tenant(
+    source: Journal, target: Journal
+) -> None:
+    mine = source.create_session("edge").session_id
+    taken = source.create_session("taken", session_id="taken-here").session_id
+    fleet = target.for_tenant("fleet")
+    fleet.create_session("written here", session_id=taken)
+    local = fleet.create_session("local").session_id
+
+    replicate(source, target, tenant="fleet")
+
+    sid = source.source_id()
+    # "taken-here" was already the target's own (a conflict): it names no source, nor does a
+    # session written here; another tenant sees none of fleet's.
+    assert fleet.session_sources([mine, taken, local, "nowhere"]) == {mine: sid}
+    assert target.session_sources([mine, taken]) == {}
+    assert target.for_tenant("other").session_sources([mine]) == {}
+    assert target.session_sources([]) == {}
+    with pytest.raises(InvalidArgument):
+        target.session_sources("not-a-list")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        target.session_sources([""])
+
+
 def test_sessions_keep_their_ids_in_the_chosen_tenant(source: Journal, target: Journal) -> None:
     sid = source.create_session("edge").session_id
 

@@ -309,6 +309,12 @@ class AsyncVerbs:
         given."""
         return await self._run(self.journal.replicated_sessions, source_id=source_id, state=state)
 
+    async def session_sources(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Which of these sessions of this tenant a source brought here (replicated, ok or
+        stopped), and that source's id; sessions written here directly are left out. One
+        lookup for a whole page of sessions."""
+        return await self._run(self.journal.session_sources, session_ids)
+
     async def apply_replication_batch(self, batch: ReplicationBatch) -> BatchReport:
         """Apply a page of a source's feed (and its purges) to this tenant with the source's new
         position, in one transaction; `replication_apply.Moved` if the position stored is not

@@ -5,6 +5,8 @@ inherits them; `agentjournal.replicate` drives them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentjournal import replication_apply
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
 from agentjournal.backends import PurgeRecord, ReplicatedSession, ReplicationProgress
@@ -54,6 +56,17 @@ class ReplicationVerbs(TaskVerbs):
             raise InvalidArgument(f"state must be one of {', '.join(FATES)}, got {state!r:.40}")
         states = None if state is None else [state]
         return self.storage.replicated_session_rows(self.tenant, source_id, states)
+
+    def session_sources(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Which of these sessions of this tenant a source brought here (replicated, ok or
+        stopped), and that source's id; sessions written here directly are left out. One
+        lookup for a whole page of sessions."""
+        if isinstance(session_ids, str) or not isinstance(session_ids, Sequence):
+            raise InvalidArgument("session_ids must be a list of session ids")
+        check_int(len(session_ids), "the number of session ids", 0, MAX_PAGE)
+        for session_id in session_ids:
+            check_id(session_id, "session_id")
+        return self.storage.session_origins(self.tenant, list(session_ids))
 
     def apply_replication_batch(self, batch: ReplicationBatch) -> BatchReport:
         """Apply a page of a source's feed (and its purges) to this tenant with the source's new

@@ -30,7 +30,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from agentjournal import Journal, SessionNotFound
+from agentjournal import Journal, SessionNotFound, replicate
 from agentjournal.cli import app
 from postgres_fixtures import ADMIN_URL
 
@@ -738,3 +738,36 @@ def test_purge_asks_on_a_terminal_and_a_yes_purges(seeded_file: Seeded) -> None:
     assert code == 0, out
     assert "10 events deleted" in out
     assert rows_naming(seeded_file.url, seeded_file.chat) == {"purge_audit": 1}
+
+
+def test_sessions_and_search_name_the_source_of_replicated_sessions(tmp_path: Path) -> None:
+    central = tmp_path / "central.db"
+    with Journal.open(tmp_path / "laptop.db") as laptop:
+        edge = laptop.create_session("from the laptop").session_id
+        laptop.append(edge, "user_message", {"content": "the kestrel landed"})
+        source_id = laptop.source_id()
+        replicate(laptop, central, tenant="fleet")
+    with Journal.open(central, tenant="fleet") as journal:
+        local = journal.create_session("written here").session_id
+        journal.append(local, "user_message", {"content": "another kestrel"})
+
+    listed = json.loads(run("sessions", "--db", str(central), "--tenant", "fleet", "--json").stdout)
+    assert {s["session_id"]: s["source_id"] for s in listed} == {edge: source_id, local: None}
+    table = CliRunner().invoke(
+        app, ["sessions", "--db", str(central), "--tenant", "fleet"], env={"COLUMNS": "200"}
+    )
+    assert "Source" in table.stdout
+    (edge_line,) = [line for line in table.stdout.splitlines() if edge in line]
+    assert source_id in edge_line
+    (local_line,) = [line for line in table.stdout.splitlines() if local in line]
+    assert source_id not in local_line
+
+    found = run("search", "--db", str(central), "--tenant", "fleet", "kestrel", "--json")
+    hits = json.loads(found.stdout)["hits"]
+    assert {h["session_id"]: h["source_id"] for h in hits} == {edge: source_id, local: None}
+    printed = run("search", "--db", str(central), "--tenant", "fleet", "kestrel").stdout
+    assert f"from {source_id}" in printed
+    # The default tenant has none of it; a journal that was never a target shows no column.
+    assert run("sessions", "--db", str(central)).exit_code == 1
+    plain = run("sessions", "--db", str(tmp_path / "laptop.db")).stdout
+    assert "Source" not in plain

@@ -319,6 +319,10 @@ class Storage(Protocol):
         """The records of sessions sources brought into `tenant` (of one source, in some
         states, if given), by session id."""
 
+    def session_origins(self, tenant: str, session_ids: Sequence[str]) -> dict[str, str]:
+        """Of these sessions of `tenant`, the ones a source brought and that live here (ok or
+        stopped), with that source's id: one lookup for a page of sessions."""
+
     def integrity_errors(self) -> list[str]:
         """What the database's own consistency checks report (empty when sound)."""
 

@@ -867,6 +867,17 @@ class PostgresStorage:
         )
         return [ReplicatedSession(*row) for row in rows if states is None or row[3] in states]
 
+    def session_origins(self, tenant: str, session_ids: Sequence[str]) -> dict[str, str]:
+        if not session_ids:
+            return {}
+        rows = self._read(
+            tenant,
+            "SELECT session_id, source_id FROM session_sources WHERE tenant = %s"
+            " AND session_id = ANY(%s) AND state IN ('ok', 'stopped')",
+            (tenant, list(session_ids)),
+        )
+        return {row[0]: row[1] for row in rows}
+
     def integrity_errors(self) -> list[str]:
         """PostgreSQL checks its constraints on every write; what can still be wrong is a
         constraint someone dropped or disabled, and a purge left half-done."""

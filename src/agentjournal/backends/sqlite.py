@@ -572,6 +572,16 @@ class SQLiteStorage:
         )
         return [ReplicatedSession(*row) for row in rows if states is None or row[3] in states]
 
+    def session_origins(self, tenant: str, session_ids: Sequence[str]) -> dict[str, str]:
+        if not session_ids:
+            return {}
+        rows = self._read(
+            "SELECT r.session_id, r.source_id FROM json_each(?) AS j CROSS JOIN session_sources"
+            " AS r ON r.session_id = j.value AND r.tenant = ? AND r.state IN ('ok', 'stopped')",
+            (json.dumps(list(session_ids), ensure_ascii=False), tenant),
+        )
+        return {row[0]: row[1] for row in rows}
+
     def integrity_errors(self) -> list[str]:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"foreign key: {row}" for row in self._read("PRAGMA foreign_key_check")]

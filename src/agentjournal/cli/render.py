@@ -39,8 +39,10 @@ _LABELS = {
 }
 
 
-def sessions_table(found: list[Session]) -> Table:
+def sessions_table(found: list[Session], sources: dict[str, str] | None = None) -> Table:
+    """`sources`: the source each replicated session came from; a Source column when any."""
     # Only the title gives way on a narrow terminal: ids and times stay whole.
+    sources = sources or {}
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, expand=True)
     table.add_column("Session", no_wrap=True, min_width=max(len(s.session_id) for s in found))
     table.add_column("Title", no_wrap=True, overflow="ellipsis", ratio=1)
@@ -48,15 +50,18 @@ def sessions_table(found: list[Session]) -> Table:
     table.add_column("Events", justify="right", no_wrap=True, min_width=6)
     table.add_column("Last activity", no_wrap=True, min_width=19)
     table.add_column("Turn", no_wrap=True, min_width=4)
+    if sources:
+        table.add_column("Source", no_wrap=True, min_width=max(map(len, sources.values())))
     for s in found:
-        table.add_row(
+        row: list[str | Text] = [
             s.session_id,
             Text(s.title),
             s.status,
             str(s.event_count),
             local_time(s.updated_at),
             "open" if s.turn_open else "",
-        )
+        ]
+        table.add_row(*row, *([sources.get(s.session_id, "")] if sources else []))
     return table
 
 

@@ -82,23 +82,27 @@ def search(
         if query is None:
             fail("give a QUERY to search for (or --rebuild)")
         page = journal.search(query, session_status=status, types=type, limit=limit)
+        sources = journal.session_sources(list(dict.fromkeys(h.session_id for h in page.hits)))
     if as_json:
-        print_json({"hits": [hit.to_dict() for hit in page.hits], "next_cursor": page.next_cursor})
+        hits = [{**hit.to_dict(), "source_id": sources.get(hit.session_id)} for hit in page.hits]
+        print_json({"hits": hits, "next_cursor": page.next_cursor})
     elif page.hits:
-        _print_hits(page.hits)
+        _print_hits(page.hits, sources)
     else:
         typer.echo("no events matched", err=True)
     if not page.hits:
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-def _print_hits(hits: list[SearchHit]) -> None:
-    """Two lines a hit: where it is, then its snippet with the words marked (a snippet wraps;
-    a table would cut it on a narrow terminal)."""
+def _print_hits(hits: list[SearchHit], sources: dict[str, str]) -> None:
+    """Two lines a hit: where it is (and the source of a replicated session), then its snippet
+    with the words marked (a snippet wraps; a table would cut it on a narrow terminal)."""
     for hit in hits:
         title = f"{hit.session_title} " if hit.session_title else ""
         head = Text(f"{title}({hit.session_id}) #{hit.seq} · {hit.type} · ", style="bold")
         head.append(local_time(hit.created_at), style="dim")
+        if hit.session_id in sources:
+            head.append(f" · from {sources[hit.session_id]}", style="dim")
         snippet = Text("  " + hit.snippet)
         for start, end in hit.highlights:
             snippet.stylize("bold reverse", start + 2, end + 2)

@@ -79,11 +79,11 @@ def list_sessions(
     Example: agentjournal sessions --db agent.db --status all --search refund --limit 20
     """
     with opened(db, tenant) as journal:
-        found = _matching_sessions(journal, status, limit, search)
+        found, sources = _matching_sessions(journal, status, limit, search)
     if as_json:
-        print_json([session.to_dict() for session in found])
+        print_json([{**s.to_dict(), "source_id": sources.get(s.session_id)} for s in found])
     elif found:
-        console.print(sessions_table(found))
+        console.print(sessions_table(found, sources))
     else:
         typer.echo("no sessions matched", err=True)
     if not found:
@@ -92,18 +92,21 @@ def list_sessions(
 
 def _matching_sessions(
     journal: Journal, status: str | None, limit: int, search: str | None
-) -> list[Session]:
-    """The journal matches `search`; this only pages, since `--limit` may pass a page's size."""
+) -> tuple[list[Session], dict[str, str]]:
+    """The journal matches `search`; this only pages, since `--limit` may pass a page's size.
+    With the sessions, the source each replicated one came from (one lookup a page)."""
     found: list[Session] = []
+    sources: dict[str, str] = {}
     cursor: str | None = None
     while len(found) < limit:
         size = min(MAX_PAGE, limit - len(found))
         page = journal.sessions(status=status, limit=size, cursor=cursor, search=search)
         found += page
+        sources.update(journal.session_sources([s.session_id for s in page]))
         if len(page) < size:
             break
         cursor = page[-1].last_position
-    return found
+    return found, sources
 
 
 # -- show -------------------------------------------------------------------------------------

@@ -113,12 +113,20 @@ async def list_sessions(
         status=status, limit=limit, cursor=cursor, search=search
     )
     next_cursor = sessions[-1].last_position if len(sessions) == limit else None
-    return SessionPage(sessions=[SessionOut.of(s) for s in sessions], next_cursor=next_cursor)
+    sources = await journal_for(request, tenant).session_sources([s.session_id for s in sessions])
+    return SessionPage(
+        sessions=[SessionOut.of(s, sources.get(s.session_id)) for s in sessions],
+        next_cursor=next_cursor,
+    )
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"])
 async def get_session(request: Request, session_id: str, tenant: Tenant) -> SessionOut:
-    return SessionOut.of(await journal_for(request, tenant).get_session(session_id))
+    """The session, with `source_id` naming the journal it was replicated from, if it was."""
+    journal = journal_for(request, tenant)
+    session = await journal.get_session(session_id)
+    sources = await journal.session_sources([session_id])
+    return SessionOut.of(session, sources.get(session_id))
 
 
 @router.patch("/sessions/{session_id}", tags=["sessions"])

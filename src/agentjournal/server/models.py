@@ -144,10 +144,15 @@ class SessionOut(BaseModel):
         description="the last turn has not ended: a user message, tool call or tool result came"
         " after the newest assistant message"
     )
+    source_id: str | None = Field(
+        default=None,
+        description="the id of the journal this session was replicated from; null if it was"
+        " written here",
+    )
 
     @classmethod
-    def of(cls, session: Session) -> SessionOut:
-        return cls.model_construct(**session.to_dict())
+    def of(cls, session: Session, source_id: str | None = None) -> SessionOut:
+        return cls.model_construct(**session.to_dict(), source_id=source_id)
 
 
 class SessionPage(BaseModel):

@@ -27,10 +27,15 @@ class SearchHitOut(BaseModel):
     highlights: list[list[int]] = Field(
         description="[start, end) offsets of the matched words in `snippet`, in code points"
     )
+    source_id: str | None = Field(
+        default=None,
+        description="the id of the journal the hit's session was replicated from; null if it"
+        " was written here",
+    )
 
     @classmethod
-    def of(cls, hit: SearchHit) -> SearchHitOut:
-        return cls.model_construct(**hit.to_dict())
+    def of(cls, hit: SearchHit, source_id: str | None = None) -> SearchHitOut:
+        return cls.model_construct(**hit.to_dict(), source_id=source_id)
 
 
 class SearchPageOut(BaseModel):
@@ -57,7 +62,8 @@ async def search(
     session, seq and a snippet with the matched words' offsets. Ranked within the newest 1,000
     matches at a time; `next_cursor` goes on. 422 for a query without words or over 500
     characters; 501 where the database cannot search."""
-    page = await journal_for(request, tenant).search(
+    journal = journal_for(request, tenant)
+    page = await journal.search(
         q,
         session_status=session_status,
         since=since,
@@ -66,6 +72,9 @@ async def search(
         limit=limit,
         cursor=cursor,
     )
+    # One lookup for the page: the source of each replicated session among the hits.
+    sources = await journal.session_sources(list(dict.fromkeys(h.session_id for h in page.hits)))
     return SearchPageOut(
-        hits=[SearchHitOut.of(hit) for hit in page.hits], next_cursor=page.next_cursor
+        hits=[SearchHitOut.of(hit, sources.get(hit.session_id)) for hit in page.hits],
+        next_cursor=page.next_cursor,
     )

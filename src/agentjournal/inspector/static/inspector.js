@@ -377,6 +377,9 @@ function renderFacts(session, last) {
       ? ["Tokens", `${session.prompt_tokens} in · ${session.completion_tokens} out`]
       : null,
     from ? ["Forked from", `${from} at #${at}`, () => [sessionLink(from), ` at #${at}`]] : null,
+    session.source_id
+      ? ["Replicated from", session.source_id, () => h("code", {}, session.source_id)]
+      : null,
     ["Created", formatDateTime(session.created_at)],
   ];
   // Keyed, so that a live event replaces only the facts it changed (a focused link stays).

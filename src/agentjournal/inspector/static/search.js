@@ -122,6 +122,9 @@ class SearchBox {
           { class: "search-hit-head" },
           h("strong", { class: "search-hit-title" }, hit.session_title || hit.session_id),
           h("span", { class: "muted small" }, ` #${hit.seq} · ${hit.type} · ${formatDateTime(hit.created_at)}`),
+          hit.source_id
+            ? h("span", { class: "muted small search-hit-source" }, " · from ", h("code", {}, hit.source_id))
+            : null,
         ),
         h("span", { class: "search-hit-snippet" }, markedSnippet(hit.snippet, hit.highlights)),
       ),

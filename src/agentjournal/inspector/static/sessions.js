@@ -259,6 +259,9 @@ export class SessionList {
         s.status === "active" ? null : h("span", { class: `badge badge-${s.status}` }, s.status),
       ),
       h("span", { class: "session-meta" }, h("code", {}, s.session_id), ` · ${s.last_seq} events`),
+      s.source_id
+        ? h("span", { class: "session-meta session-source" }, "from ", h("code", {}, s.source_id))
+        : null,
       h("span", { class: "session-meta" }, `updated ${formatDateTime(s.updated_at)}`),
     );
     return h("li", {}, link);
