@@ -134,10 +134,12 @@ async def update_session(
     request: Request, session_id: str, body: UpdateSession, tenant: Tenant
 ) -> SessionOut:
     """Change title, metadata (replaced whole) or status; deleting here is a soft delete."""
-    session = await journal_for(request, tenant).update_session(
+    journal = journal_for(request, tenant)
+    session = await journal.update_session(
         session_id, title=body.title, metadata=body.metadata, status=body.status
     )
-    return SessionOut.of(session)
+    sources = await journal.session_sources([session_id])
+    return SessionOut.of(session, sources.get(session_id))
 
 
 @router.delete("/sessions/{session_id}", response_model=SessionOut | Purged, tags=["sessions"])
@@ -149,7 +151,9 @@ async def delete_session(
     if purge:
         count = await journal.purge_session(session_id, actor=f"http:{tenant}")
         return Purged(session_id=session_id, events_deleted=count)
-    return SessionOut.of(await journal.delete_session(session_id))
+    session = await journal.delete_session(session_id)
+    sources = await journal.session_sources([session_id])
+    return SessionOut.of(session, sources.get(session_id))
 
 
 @router.post(

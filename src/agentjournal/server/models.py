@@ -145,7 +145,6 @@ class SessionOut(BaseModel):
         " after the newest assistant message"
     )
     source_id: str | None = Field(
-        default=None,
         description="the id of the journal this session was replicated from; null if it was"
         " written here",
     )

@@ -28,7 +28,6 @@ class SearchHitOut(BaseModel):
         description="[start, end) offsets of the matched words in `snippet`, in code points"
     )
     source_id: str | None = Field(
-        default=None,
         description="the id of the journal the hit's session was replicated from; null if it"
         " was written here",
     )
