@@ -6,9 +6,10 @@ follow."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ import pytest
 
 from agentjournal import Journal, ReplicationReport, replicate
 from agentjournal.backends import ReplicatedSession
-from agentjournal.errors import InvalidArgument, SessionNotFound
-from agentjournal.replication import BatchReport, _Replicator
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.replication import BatchReport, SourceDiverged, _Replicator
 from agentjournal.replication_apply import ReplicationBatch
 from agentjournal.transfer import committed_events
 from postgres_fixtures import fresh_schema, url_for
@@ -405,3 +406,55 @@ def test_a_batch_the_database_refuses_is_narrowed_to_its_session(
     assert second.get_session(sid).last_seq == 1
     assert [second.get_session(o).title for o in others] == ["plain 0", "plain 1", "plain 2"]
     assert second.verify().ok
+
+
+def backup(source: Path, to: Path) -> None:
+    """A consistent copy of a SQLite journal file (its id and all), as a backup makes."""
+    with closing(sqlite3.connect(source)) as original, closing(sqlite3.connect(to)) as copy:
+        original.backup(copy)
+
+
+def test_a_source_restored_from_an_older_backup_is_refused(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "edge.db") as edge, Journal.open(tmp_path / "hub.db") as hub:
+        sid = edge.create_session("desk").session_id
+        edge.append(sid, "user_message", {"content": "before the backup"})
+        backup(tmp_path / "edge.db", tmp_path / "backup.db")
+        edge.append(sid, "user_message", {"content": "after the backup"})
+        newer = edge.create_session("made after the backup").session_id
+        replicate(edge, hub)
+    with Journal.open(tmp_path / "backup.db") as restored, Journal.open(tmp_path / "hub.db") as hub:
+        before = feed(hub)
+        with pytest.raises(SourceDiverged, match="older backup"):
+            replicate(restored, hub)
+        # Written again after the restore, past where the target was: the same seq now holds
+        # another event.
+        restored.append(sid, "user_message", {"content": "a different third event"})
+        restored.append(sid, "user_message", {"content": "and a fourth"})
+        with pytest.raises(SourceDiverged, match=f"session {sid} holds a different event"):
+            replicate(restored, hub)
+        assert feed(hub) == before
+        assert newer in {s.session_id for s in hub.sessions()}
+        assert hub.verify().ok
+
+
+def test_a_copy_of_a_source_that_went_its_own_way_is_refused(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "a.db") as a, Journal.open(tmp_path / "hub.db") as hub:
+        sid = a.create_session("shared history").session_id
+        replicate(a, hub)
+        backup(tmp_path / "a.db", tmp_path / "b.db")
+        a.append(sid, "user_message", {"content": "from a"})
+        replicate(a, hub)
+        with Journal.open(tmp_path / "b.db") as b:
+            assert b.source_id() == a.source_id()
+            b.append(sid, "user_message", {"content": "from b"})
+            b.append(sid, "user_message", {"content": "b again"})
+            with pytest.raises(SourceDiverged) as refused:
+                replicate(b, hub)
+            assert isinstance(refused.value, Conflict)
+            assert f"session {sid} holds a different event at seq 2" in str(refused.value)
+            # Into a target tenant of its own, the copy replicates.
+            assert replicate(b, hub, tenant="copy-b").appended == 3
+        # The original carries on, and a source whose history is intact is never refused.
+        a.append(sid, "user_message", {"content": "a again"})
+        assert replicate(a, hub).appended == 1
+        assert [m.content for m in hub.messages(sid)] == ["from a", "a again"]

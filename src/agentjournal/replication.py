@@ -29,12 +29,18 @@ from typing import Any, Final
 
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
 from agentjournal.backends import ReplicationProgress
-from agentjournal.errors import InvalidArgument, JournalError, StorageError
+from agentjournal.errors import (
+    Conflict,
+    InvalidArgument,
+    JournalError,
+    SessionNotFound,
+    StorageError,
+)
 from agentjournal.events import Event, PreparedEvent, prepare
 from agentjournal.journal import Journal
 from agentjournal.replication_apply import BatchReport, Moved, ReplicationBatch
 
-__all__ = ["BatchReport", "ReplicationReport", "replicate"]
+__all__ = ["BatchReport", "ReplicationReport", "SourceDiverged", "replicate"]
 
 DEFAULT_BATCH: Final = 500
 MAX_BATCH: Final = MAX_PAGE
@@ -42,6 +48,13 @@ HELD_BACK_WAIT: Final = 30.0  # seconds catch-up waits for a PostgreSQL feed hel
 BACKOFF_FIRST: Final = 0.1  # seconds before the first retry after a failed round
 BACKOFF_MAX: Final = 30.0
 CATCH_UP_ATTEMPTS: Final = 6  # failed rounds in a row before catch-up gives up
+HISTORY_CHECKED: Final = 100  # the target's most recently active sessions checked at start
+
+
+class SourceDiverged(Conflict):
+    """The source's history is not the one the target applied: a copy of the source that went
+    its own way, or the source restored from an older backup (same source id, different or
+    fewer events). Replicating on would skip events silently; nothing was written."""
 
 
 @dataclass
@@ -158,7 +171,9 @@ class _Replicator:
         poll_interval: float,
     ) -> ReplicationReport:
         signal = self.source.commit_signal
-        self.report.position = self.progress().position
+        expected = self.progress()
+        self.check_history(expected)
+        self.report.position = expected.position
         # Catch-up ends once it has applied everything committed before it began (or the
         # feed holds nothing more): not at the first short page, which on PostgreSQL may only
         # mean that an older transaction, anywhere in the database, holds the feed back.
@@ -226,6 +241,55 @@ class _Replicator:
             signal.wait(seen, poll_interval)
         return self.report
 
+    def check_history(self, expected: ReplicationProgress) -> None:
+        """Refuse a source whose history is not what the target applied of it: the target's
+        most recently active sessions from this source must hold, at the last seq both have,
+        the same event as the source; and if the source's feed ends before the position the
+        target applied, none of those sessions may be longer in the target or missing at the
+        source (other than by a purge still to follow). Run once, before the first round."""
+        if not expected.position:
+            return
+        recent = self.target.sessions(status="all", limit=HISTORY_CHECKED)
+        origins = self.target.session_sources([s.session_id for s in recent])
+        mine = [s for s in recent if origins.get(s.session_id) == self.source_id]
+        if not mine:
+            return
+        purge_after = expected.purge_position or None
+        pending = {p.session_id for p in self.source.purges(after=purge_after, limit=MAX_BATCH)}
+        head = self.source.feed_head()
+        applied = self.source.position_key(expected.position)
+        behind = head is None or self.source.position_key(head) < applied
+        for session in mine:
+            sid = session.session_id
+            try:
+                theirs = self.source.get_session(sid)
+            except SessionNotFound:
+                # Purged at the source and not followed yet (read again: it may be a purge
+                # committed since), or, with a feed ending early, lost with an old backup.
+                if sid not in pending:
+                    later = self.source.purges(after=purge_after, limit=MAX_BATCH)
+                    pending.update(p.session_id for p in later)
+                if sid in pending or not behind:
+                    continue
+                missing = f"session {sid} is in the target but not in the source"
+                raise self.diverged(missing) from None
+            seq = min(session.last_seq, theirs.last_seq)
+            if _event_at(self.target, sid, seq) != _event_at(self.source, sid, seq):
+                raise self.diverged(f"session {sid} holds a different event at seq {seq}")
+            if behind and theirs.last_seq < session.last_seq:
+                raise self.diverged(
+                    f"session {sid} ends at seq {theirs.last_seq} in the source but at seq"
+                    f" {session.last_seq} in the target, and the source's feed ends before the"
+                    " position the target applied"
+                )
+
+    def diverged(self, what: str) -> SourceDiverged:
+        return SourceDiverged(
+            f"source {self.source_id} (tenant {self.source.tenant!r}) is not the history target"
+            f" tenant {self.target.tenant!r} applied: {what}. Is it a copy of the source, or"
+            " restored from an older backup? Replicate it into a target tenant of its own."
+        )
+
     def round(self) -> tuple[BatchReport | None, bool]:
         """Read one page (and the purges since the last round) and apply it: its report (None
         if there was nothing to read), and after a short page whether the source holds more
@@ -266,3 +330,12 @@ class _Replicator:
             )
         except JournalError as exc:
             return exc
+
+
+def _event_at(journal: Journal, session_id: str, seq: int) -> tuple[Any, ...] | None:
+    """What replication copies of a session's event: its type, payload, time and key."""
+    found = journal.events(session_id, after=seq - 1, limit=1)
+    if not found or found[0].seq != seq:
+        return None
+    event = found[0]
+    return (event.type, event.payload, event.created_at, event.idempotency_key)
