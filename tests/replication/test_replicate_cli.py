@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,23 @@ def last_seq(path: Path, session_id: str) -> int:
             return journal.get_session(session_id).last_seq
         except SessionNotFound:
             return 0
+
+
+def test_a_source_restored_from_an_older_backup_exits_2_and_says_why(
+    edge: Path, tmp_path: Path
+) -> None:
+    backup = tmp_path / "backup.db"
+    with closing(sqlite3.connect(edge)) as original, closing(sqlite3.connect(backup)) as copy:
+        original.backup(copy)
+    with Journal.open(edge) as journal:
+        journal.append("user-42", "assistant_message", {"content": "after the backup"})
+    central = str(tmp_path / "central.db")
+    assert aj("replicate", str(edge), central).returncode == 0
+
+    restored = aj("replicate", str(backup), central)
+
+    assert restored.returncode == 2, restored.stderr
+    assert "restored from an older backup" in restored.stderr
+    assert "user-42" in restored.stderr
+    with Journal.open(central) as journal:
+        assert journal.get_session("user-42").last_seq == 3
