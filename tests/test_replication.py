@@ -458,3 +458,19 @@ def test_a_copy_of_a_source_that_went_its_own_way_is_refused(tmp_path: Path) -> 
         a.append(sid, "user_message", {"content": "a again"})
         assert replicate(a, hub).appended == 1
         assert [m.content for m in hub.messages(sid)] == ["from a", "a again"]
+
+
+def test_the_targets_own_write_to_a_replicated_session_is_not_a_divergence(
+    source: Journal, target: Journal
+) -> None:
+    sid = source.create_session("desk").session_id
+    replicate(source, target)
+    target.update_session(sid, status="archived")  # seq 2 at the hub
+    source.append(sid, "user_message", {"content": "seq 2 at the edge"})
+
+    report = replicate(source, target)
+    again = replicate(source, target)
+
+    assert list(report.stopped) == [sid]
+    assert again.events_read == 0
+    assert target.get_session(sid).status == "archived"
