@@ -123,7 +123,7 @@ class Journal(TaskVerbs):
 
     def close(self) -> None:
         """Let go of the storage: closed once no other journal of this process holds it (every
-        `open` of one SQLite file shares its writer; a second close does nothing more). A
+        `open` of one database shares its storage; a second close does nothing more). A
         journal made over a storage it was handed closes that storage."""
         if self._owns_storage:
             (self._release or self.storage.close)()
