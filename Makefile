@@ -67,3 +67,8 @@ clean:
 .PHONY: bench-adk
 bench-adk: $(STAMP)  # JournalSessionService beside Google ADK's DatabaseSessionService
 	$(BIN)/python bench/adk_bench.py
+
+.PHONY: bench-replication
+bench-replication: $(STAMP)  # SQLite -> PostgreSQL catch-up beside export+import, lag; the SIGKILL soak
+	cd bench && ../$(BIN)/python replication_bench.py
+	$(BIN)/python bench/replication_soak.py

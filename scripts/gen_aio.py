@@ -42,8 +42,8 @@ HAND_WRITTEN = {
 }
 # No twin: `prepare_batch` does no I/O; `hold_turn` is a sync context manager for the (sync)
 # runtime's threads; `keys` is the sync key store the server and the CLI administer, and
-# `database` a plain value.
-SYNC_ONLY = {"prepare_batch", "hold_turn", "keys", "database"}
+# `database` a plain value, `commit_signal` a thread's wait (the async live streams have theirs).
+SYNC_ONLY = {"prepare_batch", "hold_turn", "keys", "database", "commit_signal"}
 
 BUILTINS = {"bool", "bytes", "dict", "float", "int", "list", "None", "set", "str", "tuple"}
 

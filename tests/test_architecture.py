@@ -96,6 +96,25 @@ ALLOWED: dict[str, set[str]] = {
     "keys": {"arguments", "backends", "backends.peek", "errors"},
     # Export and import sit on the library's face and append through the same rules.
     "transfer": {"appends", "arguments", "backends", "errors", "events"},
+    # Replication: the target's transaction appends through the rules; the verbs `Journal`
+    # inherits run it; the replicator itself stands on the journal's face (it opens URLs).
+    "replication_apply": {"appends", "arguments", "backends", "errors", "events"},
+    "replication_verbs": {
+        "arguments",
+        "backends",
+        "backends.group_commit",
+        "errors",
+        "replication_apply",
+        "task_verbs",
+    },
+    "replication": {
+        "arguments",
+        "backends",
+        "errors",
+        "events",
+        "journal",
+        "replication_apply",
+    },
     "tasks": {"errors", "projection"},
     "arguments": {"errors"},
     # What every verb stands on, then the read verbs, the task verbs; `Journal` (a face) on all.
@@ -245,6 +264,21 @@ ALLOWED: dict[str, set[str]] = {
     "mcp.tools": {"aio", "errors", "events", "projection"},
     "mcp.resources": {"aio", "errors", "mcp.tools"},
     "mcp.transports": {"aio", "mcp"},
+    # OpenTelemetry export: the fold and the span mapping are pure; the exporter and its
+    # checkpoint sit on the library's face.
+    "otel": set(),
+    "otel.turns": {"events"},
+    "otel.spans": {"events", "otel.turns"},
+    "otel.checkpoint": {"arguments", "errors", "journal", "otel.turns"},
+    "otel.exporter": {
+        "errors",
+        "events",
+        "journal",
+        "otel.checkpoint",
+        "otel.spans",
+        "otel.turns",
+    },
+    "otel.background": {"errors", "journal", "otel.exporter"},
 }
 # The pure modules touch no I/O: no database driver, no threads, no files.
 PURE = {
@@ -263,6 +297,8 @@ PURE = {
     "integrations.langgraph_events",
     "integrations.pydantic_ai_events",
     "integrations.adk_events",
+    "otel.turns",
+    "otel.spans",
 }
 # The faces may import any module. aio_verbs is the half of `AsyncJournal` that
 # scripts/gen_aio.py writes from `Journal`: it imports whatever Journal's signatures name.
@@ -469,7 +505,15 @@ def test_importing_agentjournal_imports_no_framework() -> None:
 
 # `Journal` is written in four modules (`JournalCore`, the read verbs, the task verbs, itself);
 # with its async twin and the backends they are the only code that may hold a storage.
-STORAGE_HOLDERS = {"journal", "journal_core", "read_verbs", "task_verbs", "aio", "aio_verbs"}
+STORAGE_HOLDERS = {
+    "journal",
+    "journal_core",
+    "read_verbs",
+    "task_verbs",
+    "replication_verbs",
+    "aio",
+    "aio_verbs",
+}
 
 
 def storage_uses(path: Path) -> list[int]:

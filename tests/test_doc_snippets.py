@@ -56,7 +56,12 @@ SKIPPED = {
     ("postgres.md", 1): "needs a PostgreSQL server at db.internal",
     ("postgres.md", 2): "needs a PostgreSQL server at db.internal",
     ("postgres.md", 5): "needs a PostgreSQL server at db.internal",
+    ("replication.md", 3): "needs a PostgreSQL server at db.internal",
     ("runtime.md", 4): "needs OPENAI_API_KEY",
+    ("observability.md", 1): "installs packages from the package index",
+    ("observability.md", 2): "needs an OTLP receiver at 127.0.0.1:4318",
+    ("observability.md", 3): "starts a long-running service",
+    ("observability.md", 4): "starts two long-running services",
 }
 
 _FENCE = re.compile(r"^```(\S*)\s*$")

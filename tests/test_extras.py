@@ -36,6 +36,7 @@ BLOCKED = (
     "mcp_types",
     "pydantic_ai",
     "google",
+    "opentelemetry",
 )
 
 CHILD = r"""
@@ -134,6 +135,7 @@ report["cli"] = {
     "serve": cli("serve", "--db", db, "--port", "1"),
     "demo": cli("demo"),
     "sessions on postgresql": cli("sessions", "--db", "postgresql://127.0.0.1:1/none"),
+    "otel-export": cli("otel-export", "--db", db, "--otlp-endpoint", "http://127.0.0.1:1"),
 }
 report["refused"] = sorted({name.partition(".")[0] for name in refused})
 report["imported"] = sorted(BLOCKED & {m.partition(".")[0] for m in sys.modules})
@@ -228,3 +230,10 @@ def test_a_postgresql_url_without_psycopg_names_the_extra(child: dict[str, Any])
     assert run["code"] == 2, run
     assert "Traceback" not in run["err"], run["err"]
     assert "pip install 'agentjournal[postgres]'" in run["err"], run["err"]
+
+
+def test_otel_export_names_the_extra_to_install(child: dict[str, Any]) -> None:
+    run = child["cli"]["otel-export"]
+    assert run["code"] == 2, run
+    assert "Traceback" not in run["err"], run["err"]
+    assert "pip install 'agentjournal[otel]'" in run["err"], run["err"]

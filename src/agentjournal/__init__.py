@@ -27,6 +27,7 @@ from agentjournal.errors import (
 from agentjournal.events import Event, NewEvent
 from agentjournal.journal import Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
+from agentjournal.replication import ReplicationReport, replicate
 from agentjournal.search import SearchHit, SearchPage
 from agentjournal.tasks import Recovery
 from agentjournal.verify import Difference, VerifyReport
@@ -48,6 +49,7 @@ __all__ = [
     "NewEvent",
     "PayloadTooLarge",
     "Recovery",
+    "ReplicationReport",
     "SearchHit",
     "SearchPage",
     "SearchUnavailable",
@@ -61,5 +63,6 @@ __all__ = [
     "TurnAbandoned",
     "UnknownToolCall",
     "VerifyReport",
+    "replicate",
 ]
 __version__ = "0.1.0"

@@ -11,10 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from agentjournal import tasks as transitions
+from agentjournal.backends import PurgeRecord, ReplicatedSession, ReplicationProgress
 from agentjournal.events import Event
 from agentjournal.journal import EventLike, Journal
 from agentjournal.projection import Message, Session, Task, ToolCall
 from agentjournal.replay import ContextFit, Format, ReplayFormat, Tokenizer
+from agentjournal.replication_apply import BatchReport, ReplicationBatch
 from agentjournal.search import SearchPage
 from agentjournal.tasks import Recovery
 from agentjournal.transfer import ImportReport
@@ -281,6 +283,37 @@ class AsyncVerbs:
         of events read; `progress` gets that number so far after each batch. Searches
         meanwhile see a partial index."""
         return await self._run(self.journal.reindex_search, progress=progress)
+
+    async def source_id(self) -> str:
+        """This database's stable id as a replication source: made once, by the migration that
+        created its tables, and the same for every tenant and every process that opens it."""
+        return await self._run(self.journal.source_id)
+
+    async def purges(self, *, after: str | None = None, limit: int = 100) -> list[PurgeRecord]:
+        """A page of the tenant's purge audit after the purge position `after`, in commit order
+        (who purged which session when, and how many events; never any content). Resuming after
+        the last position seen gives every purge once."""
+        return await self._run(self.journal.purges, after=after, limit=limit)
+
+    async def replication_status(self) -> list[ReplicationProgress]:
+        """How far every source replicating into this tenant has been applied: its position,
+        its last purge followed, the events read so far and when it last applied a batch."""
+        return await self._run(self.journal.replication_status)
+
+    async def replicated_sessions(
+        self, *, source_id: str | None = None, state: str | None = None
+    ) -> list[ReplicatedSession]:
+        """The sessions sources brought into this tenant, by session id, with their fate: ok,
+        conflict (the id is another session's here), stopped (this journal refused one of its
+        events: `error` says which and why) or purged. Only one source's, or one fate, if
+        given."""
+        return await self._run(self.journal.replicated_sessions, source_id=source_id, state=state)
+
+    async def apply_replication_batch(self, batch: ReplicationBatch) -> BatchReport:
+        """Apply a page of a source's feed (and its purges) to this tenant with the source's new
+        position, in one transaction; `replication_apply.Moved` if the position stored is not
+        the one the page was read after. The replicator's verb: use `agentjournal.replicate`."""
+        return await self._run(self.journal.apply_replication_batch, batch)
 
     async def create_task(
         self,

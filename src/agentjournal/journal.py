@@ -33,8 +33,8 @@ from agentjournal.events import (
 )
 from agentjournal.keys import ApiKeys
 from agentjournal.projection import Session
+from agentjournal.replication_verbs import ReplicationVerbs
 from agentjournal.rules import resolve_retry
-from agentjournal.task_verbs import TaskVerbs
 from agentjournal.transfer import ImportReport
 from agentjournal.verify import VerifyReport
 
@@ -55,7 +55,7 @@ def new_session_id() -> str:
     return "sess_" + base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
 
 
-class Journal(TaskVerbs):
+class Journal(ReplicationVerbs):
     """Durable, append-only memory for agents, scoped to one tenant.
 
     >>> journal = Journal.open("agent.db")                      # doctest: +SKIP

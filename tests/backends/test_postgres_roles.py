@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,7 +23,7 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from agentjournal import InvalidArgument, Journal, MigrationRequired, StorageError
+from agentjournal import InvalidArgument, Journal, MigrationRequired, StorageError, replicate
 from agentjournal.backends import postgres
 from agentjournal.backends.postgres import PostgresStorage
 from agentjournal.backends.postgres_roles import PRIVILEGES
@@ -64,7 +66,8 @@ def tenant_tables(conn: psycopg.Connection[Any]) -> list[str]:
 
 def fill(journal: Journal) -> None:
     """Rows of both tenants in every table: sessions, events, the transcript, a tool call and
-    its result, a task, an API key, search terms, and a purge's audit row."""
+    its result, a task, an API key, search terms, a purge's audit row, and a replicated session
+    (from a SQLite journal) with its progress."""
     for tenant in TENANTS:
         scoped = journal.for_tenant(tenant)
         sid = scoped.create_session(f"{tenant}'s").session_id
@@ -74,6 +77,9 @@ def fill(journal: Journal) -> None:
         scoped.create_task(sid, "job", {"for": tenant})
         ApiKeys(journal.storage).create(tenant, label=tenant)
         scoped.purge_session(scoped.create_session("to purge").session_id)
+        with tempfile.TemporaryDirectory() as folder, Journal.open(Path(folder, "e")) as edge:
+            edge.create_session(f"{tenant}'s edge")
+            replicate(edge, scoped)
 
 
 def test_the_journal_connects_as_a_role_that_owns_nothing_and_bypasses_nothing(
@@ -131,7 +137,7 @@ def test_without_its_tenant_filter_a_read_still_sees_only_its_tenant(
             for table in tables:  # and a connection that set no scope at all
                 assert raw.execute(f"SELECT * FROM {table}").fetchall() == [], table
         # The application itself, through every tenant's verbs, is unchanged.
-        assert [len(journal.for_tenant(t).sessions()) for t in TENANTS] == [1, 1]
+        assert [len(journal.for_tenant(t).sessions()) for t in TENANTS] == [2, 2]  # one replicated
 
 
 def test_no_tenant_can_be_the_wildcard(schema: str) -> None:

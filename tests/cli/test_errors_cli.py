@@ -37,6 +37,7 @@ REQUIRED = {
     "destination": "out.copy",
     "backup_file": FILE,
     "source": "empty.jsonl",
+    "target": FILE,
     "key_id": "nokey",
     "until": "3",
     "summary": "a summary",

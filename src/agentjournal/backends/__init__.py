@@ -19,7 +19,15 @@ from agentjournal.projection import Message, Projection, Session, Task, ToolCall
 from agentjournal.rules import SessionKey, SessionState
 from agentjournal.search_text import SearchFilter, SearchQuery
 
-__all__ = ["ApiKeyRow", "EventRow", "Storage", "WriteTx"]
+__all__ = [
+    "ApiKeyRow",
+    "EventRow",
+    "PurgeRecord",
+    "ReplicatedSession",
+    "ReplicationProgress",
+    "Storage",
+    "WriteTx",
+]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
@@ -46,6 +54,46 @@ class ApiKeyRow:
     label: str
     created_at: int
     revoked_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeRecord:
+    """A purge's audit row, as a replicator follows it: `position` orders purges as they
+    committed (opaque, like the feed's; '' is before every purge)."""
+
+    position: str
+    session_id: str
+    purged_by: str
+    purged_at: int
+    event_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationProgress:
+    """On a target: how far one source's tenant has been applied into `tenant` here. `position`
+    is the source feed's last position applied ('' before the first), `purge_position` the
+    source's last purge followed."""
+
+    source_id: str
+    source_tenant: str
+    tenant: str
+    position: str
+    purge_position: str
+    events: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedSession:
+    """On a target: a session a source brought, and its fate: ok, conflict (the id is another
+    session's here), stopped (the target refused one of its events) or purged."""
+
+    session_id: str
+    tenant: str
+    source_id: str
+    state: str
+    error: str | None
+    updated_at: int
 
 
 class WriteTx(Protocol):
@@ -115,6 +163,23 @@ class WriteTx(Protocol):
         """Delete the session and everything of it, leaving an audit row. Returns events deleted."""
 
     def insert_api_key(self, key: ApiKeyRow) -> None: ...
+
+    def replication_progress(
+        self, source_id: str, source_tenant: str, tenant: str
+    ) -> ReplicationProgress | None:
+        """The target's record of how far this source's tenant was applied; locked for the
+        transaction where the database needs it (PostgreSQL)."""
+
+    def save_replication_progress(self, progress: ReplicationProgress) -> None:
+        """Insert or overwrite the record (committed with the batch it counts)."""
+
+    def replicated_sessions(
+        self, tenant: str, source_id: str, session_ids: Collection[str]
+    ) -> dict[str, ReplicatedSession]:
+        """This source's records of these sessions, where it has one."""
+
+    def mark_replicated_sessions(self, rows: Sequence[ReplicatedSession]) -> None:
+        """Insert or overwrite these records."""
 
     def revoke_api_key(self, key_id: str, at: int) -> bool:
         """Mark the key revoked; False if there is no such key or it was revoked already."""
@@ -236,6 +301,23 @@ class Storage(Protocol):
 
     def api_keys(self, tenant: str | None) -> list[ApiKeyRow]:
         """Every key (of one tenant, or of all), revoked ones included, oldest first."""
+
+    def source_id(self) -> str:
+        """This database's stable id as a replication source (made once, by its migration)."""
+
+    def purges(self, tenant: str, after: str | None, limit: int) -> list[PurgeRecord]:
+        """The tenant's purges after the purge position `after`, in commit order: like
+        `events_all`, every committed purge once, none skipped by one that commits late."""
+
+    def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
+        """The progress records of every source replicating into `tenant` (None: every
+        tenant), by source id."""
+
+    def replicated_session_rows(
+        self, tenant: str, source_id: str | None, states: Sequence[str] | None
+    ) -> list[ReplicatedSession]:
+        """The records of sessions sources brought into `tenant` (of one source, in some
+        states, if given), by session id."""
 
     def integrity_errors(self) -> list[str]:
         """What the database's own consistency checks report (empty when sound)."""

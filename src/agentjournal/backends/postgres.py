@@ -29,7 +29,14 @@ import psycopg.errors
 from psycopg import pq, sql
 from psycopg_pool import ConnectionPool
 
-from agentjournal.backends import ApiKeyRow, WriteTx, postgres_roles
+from agentjournal.backends import (
+    ApiKeyRow,
+    PurgeRecord,
+    ReplicatedSession,
+    ReplicationProgress,
+    WriteTx,
+    postgres_roles,
+)
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.postgres_rows import (
     EVENT_COLUMNS,
@@ -49,7 +56,14 @@ from agentjournal.backends.postgres_search import (
     longer_walk,
     match_fraction,
 )
-from agentjournal.backends.postgres_write import SETTLED, CommitUnknown, Control, PostgresTx
+from agentjournal.backends.postgres_write import (
+    PROGRESS_COLUMNS,
+    REPLICATED_COLUMNS,
+    SETTLED,
+    CommitUnknown,
+    Control,
+    PostgresTx,
+)
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, MigrationRequired, StorageError
@@ -451,8 +465,11 @@ class PostgresStorage:
     def checkpoint(self) -> None:
         """After a purge: VACUUM, so the purged rows' space is reclaimed and overwritten (the
         server's WAL keeps them until it is recycled, like any deleted row)."""
-        with self._pool.connection() as conn:
-            conn.execute("VACUUM search_index, messages, tool_calls, tasks, events, sessions")
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("VACUUM search_index, messages, tool_calls, tasks, events, sessions")
+        except psycopg.Error as exc:  # the purge itself committed; its VACUUM did not run
+            raise StorageError(f"VACUUM after the purge failed: {exc}") from exc
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -805,6 +822,50 @@ class PostgresStorage:
             after = events[-1][1].event_id
             if progress is not None:
                 progress(total)
+
+    # -- replication ------------------------------------------------------------------------
+
+    def source_id(self) -> str:
+        rows = self._read(None, "SELECT value FROM journal_meta WHERE name = 'source_id'")
+        if not rows:
+            raise StorageError("this journal has no source id (journal_meta was emptied)")
+        return str(rows[0][0])
+
+    def purges(self, tenant: str, after: str | None, limit: int) -> list[PurgeRecord]:
+        tx, purge_id = decode_position(after)
+        # As the feed: only purges of transactions below the oldest one still running.
+        rows = self._read(
+            tenant,
+            "SELECT tx::text, purge_id, session_id, purged_by, purged_at, event_count"
+            " FROM purge_audit WHERE tenant = %s AND pending IS NULL"
+            " AND (tx, purge_id) > (%s::text::xid8, %s)"
+            " AND tx < pg_snapshot_xmin(pg_current_snapshot())"
+            " ORDER BY tx, purge_id LIMIT %s",
+            (tenant, str(tx), purge_id, limit),
+        )
+        return [
+            PurgeRecord(encode_position(int(row[0]), row[1]), row[2], row[3], row[4], row[5])
+            for row in rows
+        ]
+
+    def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
+        rows = self._read(
+            tenant,
+            f"SELECT {PROGRESS_COLUMNS} FROM replication_progress"
+            " ORDER BY source_id, source_tenant, tenant",
+        )
+        return [ReplicationProgress(*row) for row in rows]
+
+    def replicated_session_rows(
+        self, tenant: str, source_id: str | None, states: Sequence[str] | None
+    ) -> list[ReplicatedSession]:
+        rows = self._read(
+            tenant,
+            f"SELECT {REPLICATED_COLUMNS} FROM session_sources WHERE tenant = %s"
+            " AND (%s::text IS NULL OR source_id = %s) ORDER BY session_id, source_id",
+            (tenant, source_id, source_id),
+        )
+        return [ReplicatedSession(*row) for row in rows if states is None or row[3] in states]
 
     def integrity_errors(self) -> list[str]:
         """PostgreSQL checks its constraints on every write; what can still be wrong is a

@@ -43,6 +43,11 @@ PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "purge_audit": ("SELECT", "INSERT", "UPDATE"),
     # Always empty: only the foreign key of purge_audit.pending reads it (as the owner).
     "purge_guard": (),
+    # The source id, made by the migration; read by a replicator reading this journal.
+    "journal_meta": ("SELECT",),
+    # A replicator writing into this journal keeps its place and its sessions' fates here.
+    "replication_progress": ("SELECT", "INSERT", "UPDATE"),
+    "session_sources": ("SELECT", "INSERT", "UPDATE"),
 }
 
 

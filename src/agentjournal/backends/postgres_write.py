@@ -17,7 +17,7 @@ import psycopg
 import psycopg.errors
 from psycopg import pq, sql
 
-from agentjournal.backends import ApiKeyRow, EventRow
+from agentjournal.backends import ApiKeyRow, EventRow, ReplicatedSession, ReplicationProgress
 from agentjournal.backends.postgres_rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -285,6 +285,12 @@ class Control:
             conn, self._kept = self._kept, None
         if conn is not None:
             conn.close()
+
+
+PROGRESS_COLUMNS: Final = (
+    "source_id, source_tenant, tenant, position, purge_position, events, updated_at"
+)
+REPLICATED_COLUMNS: Final = "session_id, tenant, source_id, state, error, updated_at"
 
 
 class PostgresTx:
@@ -727,6 +733,55 @@ class PostgresTx:
             )
         self._run("UPDATE purge_audit SET pending = NULL WHERE purge_id = %s", (purge_id,))
         return count
+
+    def replication_progress(
+        self, source_id: str, source_tenant: str, tenant: str
+    ) -> ReplicationProgress | None:
+        rows = self._rows(
+            f"SELECT {PROGRESS_COLUMNS} FROM replication_progress"
+            " WHERE source_id = %s AND source_tenant = %s AND tenant = %s FOR UPDATE",
+            (source_id, source_tenant, tenant),
+        )
+        return ReplicationProgress(*rows[0]) if rows else None
+
+    def save_replication_progress(self, progress: ReplicationProgress) -> None:
+        self._run(
+            f"INSERT INTO replication_progress ({PROGRESS_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (source_id, source_tenant, tenant) DO UPDATE SET"
+            " position = EXCLUDED.position, purge_position = EXCLUDED.purge_position,"
+            " events = EXCLUDED.events, updated_at = EXCLUDED.updated_at",
+            (
+                progress.source_id,
+                progress.source_tenant,
+                progress.tenant,
+                progress.position,
+                progress.purge_position,
+                progress.events,
+                progress.updated_at,
+            ),
+        )
+
+    def replicated_sessions(
+        self, tenant: str, source_id: str, session_ids: Collection[str]
+    ) -> dict[str, ReplicatedSession]:
+        if not session_ids:
+            return {}
+        rows = self._rows(
+            f"SELECT {REPLICATED_COLUMNS} FROM session_sources"
+            " WHERE session_id = ANY(%s) AND tenant = %s AND source_id = %s",
+            (list(session_ids), tenant, source_id),
+        )
+        return {row[0]: ReplicatedSession(*row) for row in rows}
+
+    def mark_replicated_sessions(self, rows: Sequence[ReplicatedSession]) -> None:
+        self._many(
+            f"INSERT INTO session_sources ({REPLICATED_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (session_id, tenant, source_id) DO UPDATE SET"
+            " state = EXCLUDED.state, error = EXCLUDED.error, updated_at = EXCLUDED.updated_at",
+            [(r.session_id, r.tenant, r.source_id, r.state, r.error, r.updated_at) for r in rows],
+        )
 
     def insert_api_key(self, key: ApiKeyRow) -> None:
         self._run(

@@ -21,7 +21,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from agentjournal.backends import ApiKeyRow, WriteTx
+from agentjournal.backends import (
+    ApiKeyRow,
+    PurgeRecord,
+    ReplicatedSession,
+    ReplicationProgress,
+    WriteTx,
+)
 from agentjournal.backends.group_commit import CommitSignal, GroupCommit
 from agentjournal.backends.projection_rows import task_from_row
 from agentjournal.backends.sqlite_index_follower import IndexFollower
@@ -49,7 +55,12 @@ from agentjournal.backends.sqlite_search import (
 from agentjournal.backends.sqlite_search import CREATE as CREATE_SEARCH_INDEX
 from agentjournal.backends.sqlite_search import configure as configure_search_index
 from agentjournal.backends.sqlite_wal import DEFAULT_WAL_LIMIT_BYTES, WalLimit
-from agentjournal.backends.sqlite_write import Control, SQLiteTx
+from agentjournal.backends.sqlite_write import (
+    PROGRESS_COLUMNS,
+    REPLICATED_COLUMNS,
+    Control,
+    SQLiteTx,
+)
 from agentjournal.backends.turn_holds import TurnHolds
 from agentjournal.errors import Conflict, InvalidArgument, SearchUnavailable, StorageError
 from agentjournal.events import Event
@@ -525,6 +536,41 @@ class SQLiteStorage:
             (tenant,),
         )
         return [ApiKeyRow(*row) for row in rows]
+
+    # -- replication ------------------------------------------------------------------------
+
+    def source_id(self) -> str:
+        rows = self._read("SELECT value FROM journal_meta WHERE name = 'source_id'")
+        if not rows:
+            raise StorageError(f"{self.path!r} has no source id (journal_meta was emptied)")
+        return str(rows[0][0])
+
+    def purges(self, tenant: str, after: str | None, limit: int) -> list[PurgeRecord]:
+        # One writer at a time: purge ids are given in commit order.
+        rows = self._read(
+            "SELECT purge_id, session_id, purged_by, purged_at, event_count FROM purge_audit"
+            " WHERE tenant = ? AND purge_id > ? AND pending IS NULL ORDER BY purge_id LIMIT ?",
+            (tenant, position_number(after), limit),
+        )
+        return [PurgeRecord(str(row[0]), *row[1:]) for row in rows]
+
+    def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
+        rows = self._read(
+            f"SELECT {PROGRESS_COLUMNS} FROM replication_progress"
+            " WHERE ? IS NULL OR tenant = ? ORDER BY source_id, source_tenant, tenant",
+            (tenant, tenant),
+        )
+        return [ReplicationProgress(*row) for row in rows]
+
+    def replicated_session_rows(
+        self, tenant: str, source_id: str | None, states: Sequence[str] | None
+    ) -> list[ReplicatedSession]:
+        rows = self._read(
+            f"SELECT {REPLICATED_COLUMNS} FROM session_sources WHERE tenant = ?"
+            " AND (? IS NULL OR source_id = ?) ORDER BY session_id, source_id",
+            (tenant, source_id, source_id),
+        )
+        return [ReplicatedSession(*row) for row in rows if states is None or row[3] in states]
 
     def integrity_errors(self) -> list[str]:
         problems = [row[0] for row in self._read("PRAGMA integrity_check") if row[0] != "ok"]

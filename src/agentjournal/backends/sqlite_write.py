@@ -11,7 +11,7 @@ from functools import cache
 from itertools import chain
 from typing import Any, Final
 
-from agentjournal.backends import ApiKeyRow, EventRow
+from agentjournal.backends import ApiKeyRow, EventRow, ReplicatedSession, ReplicationProgress
 from agentjournal.backends.projection_rows import (
     SESSION_FIELDS,
     TASK_COLUMN_NAMES,
@@ -154,6 +154,12 @@ class Control:
     def failed_commit(self, exc: BaseException) -> BaseException:
         # SQLite's COMMIT either happens or leaves the transaction open (rolled back above).
         return StorageError(f"commit failed, nothing of this batch was written: {exc}")
+
+
+PROGRESS_COLUMNS: Final = (
+    "source_id, source_tenant, tenant, position, purge_position, events, updated_at"
+)
+REPLICATED_COLUMNS: Final = "session_id, tenant, source_id, state, error, updated_at"
 
 
 class SQLiteTx:
@@ -528,6 +534,50 @@ class SQLiteTx:
             "UPDATE purge_audit SET pending = NULL WHERE purge_id = ?", (cursor.lastrowid,)
         )
         return count
+
+    def replication_progress(
+        self, source_id: str, source_tenant: str, tenant: str
+    ) -> ReplicationProgress | None:
+        row = self._one(
+            f"SELECT {PROGRESS_COLUMNS} FROM replication_progress"
+            " WHERE source_id = ? AND source_tenant = ? AND tenant = ?",
+            (source_id, source_tenant, tenant),
+        )
+        return ReplicationProgress(*row) if row else None
+
+    def save_replication_progress(self, progress: ReplicationProgress) -> None:
+        self.conn.execute(
+            f"INSERT OR REPLACE INTO replication_progress ({PROGRESS_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                progress.source_id,
+                progress.source_tenant,
+                progress.tenant,
+                progress.position,
+                progress.purge_position,
+                progress.events,
+                progress.updated_at,
+            ),
+        )
+
+    def replicated_sessions(
+        self, tenant: str, source_id: str, session_ids: Collection[str]
+    ) -> dict[str, ReplicatedSession]:
+        if not session_ids:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT {REPLICATED_COLUMNS} FROM json_each(?) AS j CROSS JOIN session_sources"
+            " AS r ON r.session_id = j.value AND r.tenant = ? AND r.source_id = ?",
+            (json.dumps(list(session_ids), ensure_ascii=False), tenant, source_id),
+        ).fetchall()
+        return {row[0]: ReplicatedSession(*row) for row in rows}
+
+    def mark_replicated_sessions(self, rows: Sequence[ReplicatedSession]) -> None:
+        self.conn.executemany(
+            f"INSERT OR REPLACE INTO session_sources ({REPLICATED_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [(r.session_id, r.tenant, r.source_id, r.state, r.error, r.updated_at) for r in rows],
+        )
 
     def clear_search_index(self) -> None:
         if self.search is not None:

@@ -114,6 +114,7 @@ EXTRA_MODULES: Final = {
         }
     ),
     "openai": frozenset({"openai"}),
+    "otel": frozenset({"opentelemetry", "google"}),  # google: protobuf, under the OTLP exporter
 }
 
 

@@ -27,11 +27,14 @@ from agentjournal.cli.common import (
     require_extra,
 )
 from agentjournal.cli.mcp_server import mcp_mode
+from agentjournal.cli.otel import traces_url
 from agentjournal.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import uvicorn
 
+    from agentjournal.journal import Journal
+    from agentjournal.otel.background import BackgroundExport
     from agentjournal.runtime import Agent
 
 
@@ -106,6 +109,17 @@ def serve(
     access_log: Annotated[
         bool, typer.Option(help="Print a line per request to stdout (uvicorn's access log).")
     ] = False,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Also export every tenant's turns as OpenTelemetry spans to this OTLP/HTTP"
+            " receiver, once a second, as `otel-export` does (docs/observability.md).",
+            show_default=False,
+        ),
+    ] = None,
+    otlp_capture_content: Annotated[
+        bool, typer.Option(help="With --otlp-endpoint: message content on the spans.")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (JSON + SSE) over the database.
 
@@ -115,6 +129,9 @@ def serve(
     Example: agentjournal serve --db agent.db --port 8000 --agent demo
     """
     require_extra("server", "serve", "uvicorn", "agentjournal.server")
+    if otlp_endpoint is not None:
+        require_extra("otel", "serve --otlp-endpoint", "agentjournal.otel.background")
+        otlp_endpoint = traces_url(otlp_endpoint)
     if agent == "openai":
         require_extra("openai", "serve --agent openai", "openai")
     import uvicorn
@@ -164,7 +181,27 @@ def serve(
         config = uvicorn.Config(app, log_level="warning", access_log=access_log)
         if access_log:  # uvicorn files its access lines at INFO, below the warnings it shows
             logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-        _run(config, listening, banner)
+        export = None
+        if otlp_endpoint is not None:
+            export = _start_export(journal, otlp_endpoint, otlp_capture_content)
+            banner.append(f"  otel       every tenant's turns to {otlp_endpoint}")
+        try:
+            _run(config, listening, banner)
+        finally:
+            if export is not None:
+                export.stop()
+
+
+def _start_export(journal: Journal, endpoint: str, capture_content: bool) -> BackgroundExport:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from agentjournal.otel.background import BackgroundExport
+
+    export = BackgroundExport(
+        journal, OTLPSpanExporter(endpoint=endpoint), capture_content=capture_content
+    )
+    export.start()
+    return export
 
 
 def _banner(

@@ -1,0 +1,268 @@
+"""Replication: one journal's tenant applied, event by event and exactly once, to another
+journal (docs/replication.md). The main case is a fleet of SQLite journals feeding one central
+PostgreSQL journal; any pair of backends works with the same code.
+
+A replicator reads the source's global feed after the position the *target* says it applied,
+and applies a page of it to the target in one write transaction, together with the new
+position (`WriteTx.save_replication_progress`). The position lives only in the target and moves
+only with the events it counts, so a replicator killed at any instant resumes with neither a
+gap nor a duplicate. Inside the transaction the stored position is read again (locked, on
+PostgreSQL) and must be the one the page was read after; if another replicator moved it
+meanwhile, this page is dropped and the next round reads on from the new position.
+
+Events go through the same rules and projections as appends (`appends.append_group`; a
+session's first event as `create_session` writes it), keeping each event's session id, seq,
+time and idempotency key. Per session, the target records a fate (`ReplicatedSession`):
+ok; conflict when the id is already another session's in the target (skipped, never merged);
+stopped when the target refused one of its events (skipped from then on, with the error);
+purged when the source purged it (purged here too, and never created again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from agentjournal.arguments import MAX_PAGE, check_id, check_int
+from agentjournal.backends import ReplicationProgress
+from agentjournal.errors import InvalidArgument, JournalError, StorageError
+from agentjournal.events import Event, PreparedEvent, prepare
+from agentjournal.journal import Journal
+from agentjournal.replication_apply import BatchReport, Moved, ReplicationBatch
+
+__all__ = ["BatchReport", "ReplicationReport", "replicate"]
+
+DEFAULT_BATCH: Final = 500
+MAX_BATCH: Final = MAX_PAGE
+HELD_BACK_WAIT: Final = 30.0  # seconds catch-up waits for a PostgreSQL feed held back
+BACKOFF_FIRST: Final = 0.1  # seconds before the first retry after a failed round
+BACKOFF_MAX: Final = 30.0
+CATCH_UP_ATTEMPTS: Final = 6  # failed rounds in a row before catch-up gives up
+
+
+@dataclass
+class ReplicationReport:
+    """What a `replicate` call did, summed over its batches."""
+
+    source_id: str
+    source_tenant: str
+    tenant: str
+    batches: int = 0
+    events_read: int = 0
+    appended: int = 0
+    skipped: int = 0
+    purges_followed: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)
+    purged: list[str] = field(default_factory=list)
+    position: str = ""
+    lag_ms: int = 0
+
+    def add(self, batch: BatchReport) -> None:
+        self.batches += 1
+        self.events_read += batch.events_read
+        self.appended += batch.appended
+        self.skipped += batch.skipped
+        self.purges_followed += batch.purges_followed
+        self.conflicts += batch.conflicts
+        self.stopped.update(batch.stopped)
+        self.purged += batch.purged
+        self.position = batch.position
+        self.lag_ms = batch.lag_ms
+
+
+def replicate(
+    source: Journal | str | Path,
+    target: Journal | str | Path,
+    *,
+    tenant: str | None = None,
+    source_tenant: str = "default",
+    batch_size: int = DEFAULT_BATCH,
+    follow: bool = False,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    on_error: Callable[[BaseException, float], None] | None = None,
+    poll_interval: float = 0.1,
+) -> ReplicationReport:
+    """Apply the source tenant's events to the target, from where the target says this source
+    stopped, each exactly once; return what was done.
+
+    `source`/`target`: a `Journal` (its tenant is used) or a URL (`source_tenant` names the
+    tenant to read; the source must exist). `tenant`: the target tenant (default: the target
+    journal's own, or for a target URL the source tenant's name).
+    Without `follow`, returns once caught up (every event committed before the call is applied).
+    With `follow`, keeps going, woken by new commits (polling other processes' every
+    `poll_interval` seconds), until `stop` is set; a failed round (the target or source
+    unreachable) is retried after a bounded exponential backoff. `on_batch` gets each batch's
+    report after it committed; `on_error` each failed round's error and the pause before the
+    next."""
+    check_int(batch_size, "batch_size", 1, MAX_BATCH)
+    if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float):
+        raise InvalidArgument(f"poll_interval must be a number of seconds, got {poll_interval!r}")
+    if not 0 < poll_interval <= 60:
+        raise InvalidArgument(f"poll_interval must be above 0 and at most 60, got {poll_interval}")
+    opened: list[Journal] = []
+    try:
+        if not isinstance(source, Journal):
+            opened.append(Journal.open(source, tenant=source_tenant, create=False))
+            source = opened[-1]
+        if tenant is not None:
+            check_id(tenant, "tenant")
+        if not isinstance(target, Journal):
+            opened.append(Journal.open(target, tenant=tenant or source.tenant))
+            target = opened[-1]
+        elif tenant is not None and tenant != target.tenant:
+            target = target.for_tenant(tenant)
+        replicator = _Replicator(source, target, batch_size)
+        return replicator.run(follow, stop or threading.Event(), on_batch, on_error, poll_interval)
+    finally:
+        for journal in opened:
+            journal.close()
+
+
+class _Replicator:
+    def __init__(self, source: Journal, target: Journal, batch_size: int) -> None:
+        self.source = source
+        self.target = target
+        self.batch_size = batch_size
+        self.source_id = source.source_id()
+        if self.source_id == target.source_id():
+            # Task ids are unique across a database's tenants, so a copy there would clash.
+            raise InvalidArgument(
+                f"the source and the target are the same database (source id {self.source_id});"
+                " replicate between two databases"
+            )
+        self.report = ReplicationReport(self.source_id, source.tenant, target.tenant)
+        # While a batch the database refused is narrowed down: "left", the events still to
+        # read one at a time; "culprit", the refusal of the single event read last.
+        self.narrowing: dict[str, Any] = {}
+
+    def progress(self) -> ReplicationProgress:
+        for found in self.target.replication_status():
+            if found.source_id == self.source_id and found.source_tenant == self.source.tenant:
+                return found
+        return ReplicationProgress(
+            self.source_id, self.source.tenant, self.target.tenant, "", "", 0, 0
+        )
+
+    def run(
+        self,
+        follow: bool,
+        stop: threading.Event,
+        on_batch: Callable[[BatchReport], None] | None,
+        on_error: Callable[[BaseException, float], None] | None,
+        poll_interval: float,
+    ) -> ReplicationReport:
+        signal = self.source.commit_signal
+        self.report.position = self.progress().position
+        # Catch-up ends once it has applied everything committed before it began (or the
+        # feed holds nothing more): not at the first short page, which on PostgreSQL may only
+        # mean that an older transaction, anywhere in the database, holds the feed back.
+        head = self.source.feed_head()
+        goal = None if head is None else self.source.position_key(head)
+        failures = 0
+        held_back_since: float | None = None
+        while not stop.is_set():
+            seen = signal.version  # before the read: a commit after it ends the wait below
+            try:
+                batch, more = self.round()
+            except Moved:
+                # Another replicator applied a batch: read on from where it stopped.
+                self.narrowing.clear()
+                continue
+            except (StorageError, OSError) as exc:
+                # The source or the target unreachable (or refusing for a while): nothing of
+                # the round was written; the next one starts again from the target's position.
+                self.narrowing.clear()
+                failures += 1
+                if not follow and failures >= CATCH_UP_ATTEMPTS:
+                    raise
+                pause = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1))
+                if on_error is not None:
+                    on_error(exc, pause)
+                stop.wait(pause)
+                continue
+            except JournalError as exc:
+                # The database refused the whole batch (not one of the journal's rules: those
+                # stop their session inside it; a task id another tenant of the target holds,
+                # say). Read on one event at a time until the one it refuses is found, which
+                # then stops its session as a rule would.
+                if self.narrowing.get("culprit") is not None:
+                    raise  # even stopping the session was refused: nothing more to narrow
+                if self.narrowing.get("left"):
+                    self.narrowing["culprit"] = exc
+                else:
+                    self.narrowing.update(left=self.batch_size, culprit=None)
+                continue
+            failures = 0
+            if batch is not None:
+                held_back_since = None
+                self.report.add(batch)
+                if on_batch is not None:
+                    on_batch(batch)
+                if not batch.caught_up:
+                    continue
+            if not follow:
+                reached = goal is None or self.source.position_key(self.report.position) >= goal
+                if reached or not more:
+                    break
+            if more:
+                if batch is None:
+                    # Nothing shown, yet more is committed: PostgreSQL shows an event in the
+                    # feed once every older transaction has ended.
+                    now = time.monotonic()
+                    held_back_since = held_back_since or now
+                    if not follow and now - held_back_since > HELD_BACK_WAIT:
+                        raise StorageError(
+                            "the source's feed is held back by a long transaction: events are"
+                            " committed that it does not show yet; end it and run again"
+                        )
+                    stop.wait(0.02)
+                continue
+            signal.wait(seen, poll_interval)
+        return self.report
+
+    def round(self) -> tuple[BatchReport | None, bool]:
+        """Read one page (and the purges since the last round) and apply it: its report (None
+        if there was nothing to read), and after a short page whether the source holds more
+        already (committed meanwhile, or held back from its feed by an older transaction on
+        PostgreSQL)."""
+        expected = self.progress()
+        size = 1 if self.narrowing.get("left") else self.batch_size
+        page = self.source.events_all(after=expected.position or None, limit=size)
+        # Purges read after the page: one that took events the page holds is in this list (or
+        # the next round's), and is applied after them.
+        purges = self.source.purges(after=expected.purge_position or None, limit=MAX_BATCH)
+        if not page and not purges:
+            return None, self.source.feed_head(after=expected.position or None) is not None
+        prepared = [self.prepare(event) for event in page]
+        culprit = self.narrowing.get("culprit")
+        if culprit is not None and page:
+            prepared[0] = culprit  # refused alone too: its session stops here
+        batch = ReplicationBatch(
+            self.source_id, self.source.tenant, expected, page, prepared, purges, size
+        )
+        report = self.target.apply_replication_batch(batch)
+        if self.narrowing.get("left"):
+            left = 0 if culprit is not None else self.narrowing["left"] - len(page)
+            self.narrowing.update(left=left, culprit=None)
+        more = not report.caught_up or (
+            self.source.feed_head(after=report.position or None) is not None
+        )
+        return report, more
+
+    def prepare(self, event: Event) -> PreparedEvent | JournalError:
+        try:
+            return prepare(
+                event.type,
+                event.payload,
+                event.idempotency_key,
+                max_payload_bytes=self.target.max_payload_bytes,
+                allow_reserved=True,
+            )
+        except JournalError as exc:
+            return exc
