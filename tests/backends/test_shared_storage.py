@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,34 @@ def test_opens_of_one_postgresql_url_share_its_pool() -> None:
         with Journal.open(url) as again:
             assert again.storage is not first.storage
             assert [s.title for s in again.sessions()] == ["default's"]
+
+
+def test_first_opens_at_once_from_threads_make_one_storage(tmp_path: Path) -> None:
+    """Eight threads open a file nobody has opened, released together: one storage is made
+    (under the registry's lock) and all eight hold it; their appends all land."""
+    path = tmp_path / "agent.db"
+    barrier = threading.Barrier(8)
+    opened: list[Journal] = []
+    errors: list[BaseException] = []
+
+    def open_() -> None:
+        try:
+            barrier.wait(30)
+            opened.append(Journal.open(path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len({id(journal.storage) for journal in opened}) == 1
+    assert holders(path) == 8
+    for n, journal in enumerate(opened):
+        journal.create_session(f"opener {n}")
+        journal.close()
+    assert holders(path) == 0
+    with Journal.open(path) as journal:
+        assert len(journal.sessions(limit=100)) == 8

@@ -844,3 +844,34 @@ def test_sessions_opened_per_conversation_share_one_storage_and_one_worker_pool(
             assert len(journal.sessions(limit=100)) == 16
 
     asyncio.run(run())
+
+
+def _open_in_child(path: str, out: Any) -> None:
+    async def run() -> None:
+        async with JournalSession.open(path, "child") as session:
+            await session.add_items([user("from the child")])
+            out.put(await session.get_items())
+
+    asyncio.run(run())
+
+
+def test_a_forked_child_opens_sessions_on_threads_of_its_own(tmp_path: Path) -> None:
+    """The parent's worker pool and storage exist only in the parent: a child made by `fork()`
+    after the parent opened a session gets its own, and its calls run."""
+    import multiprocessing
+
+    path = str(tmp_path / "agent.db")
+
+    async def run() -> None:
+        async with JournalSession.open(path, "parent") as session:
+            await session.add_items([user("from the parent")])
+            context = multiprocessing.get_context("fork")
+            out = context.Queue()
+            child = context.Process(target=_open_in_child, args=(path, out))
+            child.start()
+            child.join(timeout=60)
+            assert child.exitcode == 0
+            assert out.get(timeout=5) == [user("from the child")]
+            assert await session.get_items() == [user("from the parent")]
+
+    asyncio.run(run())
