@@ -8,10 +8,11 @@ async with JournalSessionService.open("agent.db") as sessions:  # or postgresql:
     runner = Runner(agent=agent, app_name="shop", session_service=sessions)
 ```
 
-Every ADK session is a journal session and every ADK `Event` one atomic `append_many` of the
-journal's own events (a user message, the agent's text, its tool calls and results) with the
-event itself on the last of them, so `get_session` returns exactly the events appended and the
-CLI, the inspector, search and replay show the conversation. `agentjournal.integrations.
+Every ADK session is a journal session and every ADK `Event` one atomic batch of the journal's
+own events (a user message, the agent's text, its tool calls and results) with the event itself
+on the last of them, written in one transaction with the `app:` and `user:` state it changes, so
+`get_session` returns exactly the events appended and the CLI, the inspector, search and replay
+show the conversation. `agentjournal.integrations.
 adk_events` says what is stored where; docs/integrations.md has the whole story.
 """
 
