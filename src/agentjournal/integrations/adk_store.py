@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 from agentjournal.errors import Conflict, SessionNotFound
@@ -75,6 +76,10 @@ def newest(
     # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
     size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
     page = journal.events(jid, last=size)
+    if not page:
+        # Created (on PostgreSQL) between the read of its events and the check that it
+        # exists: as of the read, there was no such session.
+        raise SessionNotFound(jid)
     last = page[-1]
     while True:
         for event in reversed(page):
@@ -184,7 +189,7 @@ def append_with_shared(
             writes[jid] = [NewEvent(kind, {**scope, "state": states[jid]})]
             seqs[jid] = last_seq
         try:
-            appended = journal.append_across(writes, expected_seq=seqs) if writes else {}
+            appended = _append(journal, writes, seqs)
         except Conflict:
             pass
         else:
@@ -197,14 +202,30 @@ def append_with_shared(
     raise Conflict("ADK app or user state: other writers kept appending; try again")
 
 
+def _append(
+    journal: Journal, writes: Mapping[str, Sequence[NewEvent]], seqs: Mapping[str, int]
+) -> dict[str, list[Event]]:
+    """Several sessions' batches in one transaction; one session's alone as any append is
+    written (group commit's shared path for appends)."""
+    if len(writes) > 1:
+        return journal.append_across(writes, expected_seq=seqs)
+    return {
+        jid: journal.append_many(jid, batch, expected_seq=seqs.get(jid))
+        for jid, batch in writes.items()
+    }
+
+
 def _shared_head(
     journal: Journal, jid: str, kind: str, scope: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
     """The last seq and the state of an app's or a user's state session, created on first
     use: one read of its newest event."""
-    try:
+    found: list[Event] = []
+    with suppress(SessionNotFound):
         found = journal.events(jid, last=1)
-    except SessionNotFound:
+    if not found:
+        # Not there, or (on PostgreSQL) created by another writer between the read of its
+        # events and the check that it exists: seen whole once `_ensure` has seen it.
         _ensure(journal, jid, f"ADK {kind}", {"integration": "adk", **scope})
         found = journal.events(jid, last=1)
     state = found[0].payload.get("state")
