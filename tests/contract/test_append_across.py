@@ -3,11 +3,13 @@ checked as `append_many` checks it; one refused batch, in any session, writes no
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from agentjournal import (
+    AsyncJournal,
     Conflict,
     InvalidArgument,
     InvalidEvent,
@@ -110,3 +112,22 @@ def test_an_idempotent_retry_returns_the_originals(journal: Journal, three: list
     assert journal.append_across(batches) == first
     assert journal.get_session(a).last_seq == 2
     assert journal.get_session(b).last_seq == 2
+
+
+def test_async_journal_appends_across_too(journal_url: str, three: list[str]) -> None:
+    a, b, _ = three
+
+    async def go() -> dict[str, list[Any]]:
+        async with await AsyncJournal.open(journal_url) as aj:
+            with pytest.raises(SessionNotFound):
+                await aj.append_across(
+                    {a: [msg("user_message", "x")], "nope": [msg("user_message", "y")]}
+                )
+            return await aj.append_across(
+                {a: [msg("user_message", "x")], b: [msg("user_message", "y")]},
+                expected_seq={a: 1, b: 1},
+            )
+
+    appended = asyncio.run(go())
+    with Journal.open(journal_url) as journal:
+        assert {sid: journal.events(sid, after=1) for sid in (a, b)} == appended
