@@ -44,6 +44,7 @@ REQUIRED = {
     "tenant": "acme",
     "type": "user_message",
     "payload": '{"content": "hi"}',
+    "otlp_endpoint": "http://127.0.0.1:9/v1/traces",
 }
 # Options a case adds so that a command that wrongly went ahead would not take a fixed port.
 CALM = {"serve": ["--port", "0"]}
