@@ -303,3 +303,23 @@ def test_agentjournals_own_mcp_over_http_with_a_bearer_key(tmp_path: Path) -> No
 def journal_calls(db: Path, sid: str) -> list[dict[str, Any]]:
     with Journal.open(db) as journal:
         return [e.payload for e in journal.events(sid) if e.type == "tool_call"]
+
+
+def test_two_tenants_sessions_of_one_id_send_different_invocation_keys(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """A session is (tenant, id): two tenants may both have a session `s1` whose model numbers
+    its calls alike. The key a shared server sees must not be the same for both, or a server that
+    makes its side effects idempotent by it answers one tenant's call with the other's result."""
+    scripts = {"key": Script("{result}", tool="ledger__invocation")}
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(tmp_path / "ledger")])
+    keys = []
+    try:
+        for tenant in ("acme", "globex"):
+            scoped = journal.for_tenant(tenant)
+            agent.create_session(scoped, session_id="s1")
+            keys.append(agent.run_turn(scoped, "s1", "key").reply)
+    finally:
+        agent.close()
+    assert keys[0] != keys[1]
+    assert all(key.endswith("s1:call_1") for key in keys)

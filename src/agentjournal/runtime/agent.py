@@ -234,7 +234,9 @@ class Agent:
                     again = tool is not None and tool.idempotent
                 if again:
                     content, is_error = self._run_tool(
-                        session_id, call.call_id, call.name, call.arguments
+                        Invocation(session_id, call.call_id, journal.tenant),
+                        call.name,
+                        call.arguments,
                     )
                 else:
                     content, is_error = INTERRUPTED, True
@@ -307,9 +309,8 @@ class Agent:
             ]
             turn.append_many(batch)
             for call in calls:
-                content, is_error = self._run_tool(
-                    turn.session_id, call.call_id, call.name, call.arguments
-                )
+                invocation = Invocation(turn.session_id, call.call_id, turn.journal.tenant)
+                content, is_error = self._run_tool(invocation, call.name, call.arguments)
                 turn.append("tool_result", _result(call.call_id, content, is_error))
         return turn.finish(
             f"(stopped after {self.max_steps} model calls without a final answer)", usage
@@ -331,9 +332,7 @@ class Agent:
             raise ModelError(f"the model returned {type(reply).__name__}, not a ModelReply")
         return reply
 
-    def _run_tool(
-        self, session_id: str, call_id: str, name: str, arguments: str
-    ) -> tuple[str, bool]:
+    def _run_tool(self, invocation: Invocation, name: str, arguments: str) -> tuple[str, bool]:
         tool = self.offered_tools().get(name)
         if tool is None:
             why = None if self._mcp is None else self._mcp.missing(name)
@@ -347,7 +346,7 @@ class Agent:
         except ValueError as exc:
             return f"{ERROR_PREFIX}bad arguments for {name}: {exc}", True
         try:
-            result = tool.function(parsed, Invocation(session_id, call_id))
+            result = tool.function(parsed, invocation)
         except ToolFailed as exc:
             return f"{ERROR_PREFIX}{exc}", True
         except Exception as exc:  # the tool's failure is the model's to handle
