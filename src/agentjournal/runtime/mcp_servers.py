@@ -21,7 +21,8 @@ __all__ = ["MCPServer", "load_mcp_servers"]
 
 # A server's name is the first part of its tools' names as the model sees them
 # (`{server}__{tool}`), so it keeps to the characters every model API accepts in a tool name,
-# and it has no `__` of its own: a tool name has exactly one server it can belong to.
+# and it has no `__` of its own and does not end in `_` (`a_` + `__` + `x` is `a` + `__` + `_x`):
+# a tool name has exactly one server it can belong to, the part before its first `__`.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _KEYS = {
@@ -67,10 +68,11 @@ class MCPServer:
     start_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name) or "__" in self.name:
+        name = self.name
+        if not isinstance(name, str) or not _NAME.match(name) or "__" in name or name[-1] == "_":
             raise InvalidArgument(
-                f"MCP server name {self.name!r}: 1 to 32 letters, digits, '_' or '-', without"
-                " '__' (it prefixes its tools' names)"
+                f"MCP server name {name!r}: 1 to 32 letters, digits, '_' or '-', without"
+                " '__' and not ending in '_' (it prefixes its tools' names)"
             )
         where = f"MCP server {self.name!r}"
         if (self.command is None) == (self.url is None):
