@@ -250,6 +250,7 @@ class JournalConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         conversation_id = record.conversation_id
+        _check_order(new_entries)
         for _ in range(_ATTEMPTS):
             state = self._state(conversation_id)
             current = state.record
@@ -536,18 +537,37 @@ def _ours(session: Session) -> bool:
     return session.metadata.get("integration") == _INTEGRATION
 
 
+def _check_order(entries: list[ConversationEntry]) -> None:
+    """New entries come in order, each after the one it points at (PydanticAI's contract): one
+    pointing at itself or at a later one, or an id given twice, would make a circle that every
+    load of the history walked for ever."""
+    later = {entry.id for entry in entries}
+    if len(later) != len(entries):
+        raise InvalidArgument("new entries must have distinct ids")
+    for entry in entries:
+        later.discard(entry.id)
+        if entry.parent_id == entry.id or entry.parent_id in later:
+            raise InvalidArgument(
+                f"new entries come in order, each after its parent: {entry.id!r} points at"
+                f" {entry.parent_id!r}"
+            )
+
+
 def _chain(
     stored: list[StoredMessage], head_id: str, limit: int | None
 ) -> tuple[list[StoredMessage], bool]:
     """The entries from `head_id` back through their parents (at most `limit`), oldest first,
-    and whether that is all of them (the first entry reached, or `limit`)."""
+    and whether that is all of them (the first entry reached, or `limit`). A parent met twice
+    (entries of one id saved twice made a circle) ends it, incomplete."""
     by_id = {s.entry["id"]: s for s in stored if s.entry is not None and "id" in s.entry}
     chain: list[StoredMessage] = []
+    seen: set[str] = set()
     entry_id: str | None = head_id
     while entry_id is not None and (limit is None or len(chain) < limit):
         found = by_id.get(entry_id)
-        if found is None:
+        if found is None or entry_id in seen:
             return chain[::-1], False
+        seen.add(entry_id)
         chain.append(found)
         assert found.entry is not None
         entry_id = found.entry.get("parent")
