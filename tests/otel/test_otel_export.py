@@ -274,3 +274,21 @@ def test_pages_that_split_a_commit_change_nothing(journal: Journal, page_size: i
 
     assert seen(paged) == seen(whole)
     assert len(seen(whole)) == 10
+
+
+def test_a_conversation_that_has_the_checkpoints_session_id_is_not_written_into(
+    journal: Journal,
+) -> None:
+    """Session ids are the caller's to choose: a conversation called `otel-export.default` is not
+    the exporter's checkpoint. The exporter refuses to start (a typed error) rather than append
+    checkpoints to it, and the conversation is left as it was."""
+    from agentjournal import InvalidArgument
+
+    journal.create_session("mine", session_id="otel-export.default")
+    journal.append("otel-export.default", "user_message", {"content": "hello"})
+    with pytest.raises(InvalidArgument, match="is not the checkpoint"):
+        FeedExporter(journal, InMemorySpanExporter()).run()
+    assert [e.type for e in session_events(journal, "otel-export.default")] == [
+        "session_created",
+        "user_message",
+    ]
