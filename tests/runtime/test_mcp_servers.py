@@ -78,6 +78,8 @@ def test_a_client_config_is_read_as_clients_read_it(
         ({"a__b": {"command": "x"}}, "without '__'"),
         ({"a b": {"command": "x"}}, "1 to 32 letters"),
         ({"a": "npx server"}, "each server is a JSON object"),
+        ({"a": {"command": "x", "idempotent": [{"tool": "t"}]}}, "each tool named in idempotent"),
+        ({"a": {"command": "x", "disabled": "yes"}}, "disabled must be true or false"),
     ],
 )
 def test_mistakes_are_typed_errors_naming_the_server(

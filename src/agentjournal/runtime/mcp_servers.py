@@ -157,6 +157,8 @@ def _from_entry(name: str, entry: Any) -> MCPServer | None:
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise InvalidArgument(f"{where}: unknown keys {unknown} (known: {sorted(_KEYS)})")
+    if not isinstance(entry.get("disabled", False), bool):
+        raise InvalidArgument(f"{where}: disabled must be true or false")
     if entry.get("disabled") is True:
         return None
     kind = entry.get("type", "http" if "url" in entry else "stdio")
@@ -167,8 +169,6 @@ def _from_entry(name: str, entry: Any) -> MCPServer | None:
     if (kind == "stdio") != ("command" in entry):
         raise InvalidArgument(f"{where}: a stdio server has a command, an http one a url")
     options = {key: value for key, value in entry.items() if key not in ("type", "disabled")}
-    if isinstance(options.get("idempotent"), list):
-        options["idempotent"] = frozenset(options["idempotent"])
     try:
         return MCPServer(name, **options)
     except TypeError as exc:  # a key given a value of the wrong kind that the checks missed
