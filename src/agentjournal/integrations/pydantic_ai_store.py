@@ -36,7 +36,6 @@ what a fork keeps; a backend implements five primitives over records and entries
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -54,7 +53,7 @@ from pydantic_ai.conversation_store import (
 )
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import Conflict, SessionNotFound
 from agentjournal.events import Event, NewEvent
 from agentjournal.integrations.pydantic_ai import dump_messages
 from agentjournal.integrations.pydantic_ai_events import (
@@ -75,6 +74,7 @@ from agentjournal.integrations.pydantic_ai_records import (
     record_payload,
     walk_back,
 )
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 from agentjournal.projection import Session
 
@@ -110,13 +110,7 @@ class JournalConversationStore(ConversationStore):
     docstring tells how conversations are kept)."""
 
     def __init__(self, journal: Journal | AsyncJournal) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         self._owned = False
         # Where entries are: id -> (session, first seq, last seq). Facts that never change (the
         # journal is append-only), learnt from every record and entry read or written.
@@ -196,9 +190,7 @@ class JournalConversationStore(ConversationStore):
     # -- the work, in a worker thread ---------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._async is not None:
-            return await self._async._run(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await in_worker(self._async, fn, *args)
 
     def _state(self, conversation_id: str) -> _State:
         """The conversation's session and its newest record, with the updates made since."""
