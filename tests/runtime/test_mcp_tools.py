@@ -323,3 +323,20 @@ def test_two_tenants_sessions_of_one_id_send_different_invocation_keys(
         agent.close()
     assert keys[0] != keys[1]
     assert all(key.endswith("s1:call_1") for key in keys)
+
+
+def test_a_result_the_journal_cannot_store_as_it_is_does_not_cut_the_turn(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """A server is not trusted to send text the journal stores: U+0000 in a result (or in the
+    error text of a failed call) is replaced, and the turn ends as any other."""
+    scripts = {"nul": Script("got {result}", tool="ledger__nul")}
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(tmp_path / "ledger")])
+    try:
+        sid = agent.create_session(journal).session_id
+        turn = agent.run_turn(journal, sid, "nul")
+    finally:
+        agent.close()
+    assert turn.reply == "got before\ufffdafter"
+    assert [e.type for e in journal.events(sid)][1:] == TURN
+    assert [c.status for c in journal.tool_calls(sid)] == ["ok"]

@@ -333,6 +333,10 @@ class Agent:
         return reply
 
     def _run_tool(self, invocation: Invocation, name: str, arguments: str) -> tuple[str, bool]:
+        content, is_error = self._call_tool(invocation, name, arguments)
+        return _storable(content), is_error
+
+    def _call_tool(self, invocation: Invocation, name: str, arguments: str) -> tuple[str, bool]:
         tool = self.offered_tools().get(name)
         if tool is None:
             why = None if self._mcp is None else self._mcp.missing(name)
@@ -372,6 +376,17 @@ def _fresh_ids(
             call_id = f"{call.call_id}_{n}"
         fresh.append(replace(call, call_id=call_id))
     return fresh
+
+
+def _storable(text: str) -> str:
+    """A tool's result as the journal stores it: U+0000 and lone surrogates, which a tool (an MCP
+    server, an API) may send and the journal refuses, become U+FFFD rather than cut the turn."""
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 def _result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
