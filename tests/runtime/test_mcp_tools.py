@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -340,3 +341,28 @@ def test_a_result_the_journal_cannot_store_as_it_is_does_not_cut_the_turn(
     assert turn.reply == "got before\ufffdafter"
     assert [e.type for e in journal.events(sid)][1:] == TURN
     assert [c.status for c in journal.tool_calls(sid)] == ["ok"]
+
+
+def test_a_late_failure_on_a_dropped_connection_leaves_the_new_one_up(tmp_path: Path) -> None:
+    """A call whose connection broke drops it; calls still in flight on it then fail too, and
+    their failures come after a next turn connected again: they must not drop the connection
+    that replaced theirs (every call on it would then fail "not connected")."""
+    from agentjournal.runtime import Invocation
+    from agentjournal.runtime.mcp_tools import MCPTools
+
+    mcp = MCPTools([ledger_server(tmp_path / "ledger")])
+    try:
+        hang = mcp.tools()["ledger__hang"]
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(hang.function, {"seconds": 30}, Invocation("s", "c1"))
+            while lines(tmp_path / "ledger") != ["hang"]:  # the server is running the call
+                time.sleep(0.01)
+            # Another call's transport broke: that connection is dropped.
+            mcp._drop("ledger", mcp._connections["ledger"])
+            lookup = mcp.tools()["ledger__lookup"]  # the next turn connects again
+            with pytest.raises(Exception, match="may or may not have taken effect"):
+                in_flight.result(timeout=60)  # the call in flight on the old one failed
+        # A call of that turn goes to the new connection, which is still up.
+        assert "in_stock" in lookup.function({"sku": "x"}, Invocation("s", "c2"))
+    finally:
+        mcp.close()
