@@ -292,3 +292,20 @@ def test_a_conversation_that_has_the_checkpoints_session_id_is_not_written_into(
         "session_created",
         "user_message",
     ]
+
+
+@pytest.mark.parametrize(
+    "options", [{"page_size": 0}, {"page_size": 2.5}, {"retry_seconds": 0}, {"poll": -1}]
+)
+def test_bad_options_are_refused_with_nothing_written(
+    journal: Journal, options: dict[str, Any]
+) -> None:
+    """Refused when made (or when run, for `poll_interval`), before the checkpoint's session is
+    created: nothing is written."""
+    from agentjournal import InvalidArgument
+
+    options = dict(options)  # (the same dict is every backend's)
+    poll = options.pop("poll", 0.2)
+    with pytest.raises(InvalidArgument):
+        FeedExporter(journal, InMemorySpanExporter(), **options).run(poll_interval=poll)
+    assert journal.sessions() == []
