@@ -108,8 +108,8 @@ class FeedExporter:
         retry_seconds: float = 1.0,
         checkpoints: Journal | None = None,
     ) -> None:
-        _positive("page_size", page_size, whole=True)
-        _positive("retry_seconds", retry_seconds)
+        check_positive("page_size", page_size, whole=True)
+        check_positive("retry_seconds", retry_seconds)
         self.journal = journal
         self.span_exporter = span_exporter
         # The checkpoint lives in the journal exported, unless that one cannot be written (a
@@ -142,7 +142,7 @@ class FeedExporter:
         `stop` is set). Every batch the receiver confirmed is followed by a checkpoint.
         `ExportFailed` if a batch cannot be delivered (when following, it is retried every
         `retry_seconds` until it is, or until `stop`)."""
-        _positive("poll_interval", poll_interval)
+        check_positive("poll_interval", poll_interval)
         stop = stop if stop is not None else threading.Event()
         checkpoint = self.store.load()
         if self._synced is None or self._synced != self.store.seq:
@@ -327,7 +327,7 @@ class FeedExporter:
                 fold.tasks[task.task_id] = task
 
 
-def _positive(name: str, value: object, *, whole: bool = False) -> None:
+def check_positive(name: str, value: object, *, whole: bool = False) -> None:
     """Options are checked before anything is written (the checkpoint's session included)."""
     kinds = int if whole else int | float
     if not isinstance(value, kinds) or isinstance(value, bool) or not value > 0:
