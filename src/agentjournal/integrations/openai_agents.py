@@ -20,7 +20,6 @@ the only erasure). docs/integrations.md has the whole story.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import threading
@@ -40,6 +39,7 @@ from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, Unkn
 from agentjournal.events import CLEARED, ITEM_REMOVED, MESSAGE_ROLES, Event, NewEvent
 from agentjournal.integrations.known_state import KnownState
 from agentjournal.integrations.responses import call_ids, item_events
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 from agentjournal.replay import responses_items
 
@@ -117,13 +117,7 @@ class JournalSession:
         system_prompt: str | None = None,
         model: str | None = None,
     ) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("session_id must be a non-empty string")
         self.session_id = session_id
@@ -262,9 +256,7 @@ class JournalSession:
     # -- the work, in a worker thread -------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._async is not None:
-            return await self._async._run(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await in_worker(self._async, fn, *args)
 
     def _ensure(self) -> int:
         """The session's last seq, creating the session first if it does not exist."""
