@@ -20,6 +20,7 @@ from agentjournal.errors import InvalidArgument, SessionNotFound
 from agentjournal.replication import BatchReport, _Replicator
 from agentjournal.replication_apply import ReplicationBatch
 from agentjournal.transfer import committed_events
+from expected import settled_feed, settled_purges
 from postgres_fixtures import fresh_schema, url_for
 from test_transfer import build_rich, snapshot
 
@@ -297,10 +298,11 @@ def test_a_late_batch_read_before_a_purge_does_not_outlive_it(
     source.append(sid, "user_message", {"content": "read, then purged"})
     replicator = _Replicator(source, target, 100)
     expected = replicator.progress()
-    # The page is read, then the source purges the session, then the purges are read.
-    page = source.events_all(limit=100)
+    # The page is read, then the source purges the session, then the purges are read (each
+    # once PostgreSQL shows it: another client's transaction can hold it back for a moment).
+    page = settled_feed(source)
     source.purge_session(sid)
-    purges = source.purges()
+    purges = settled_purges(source, 1)
     prepared = [replicator.prepare(event) for event in page]
     batch = target.apply_replication_batch(
         ReplicationBatch(replicator.source_id, "default", expected, page, prepared, purges, 100)
