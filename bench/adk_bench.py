@@ -8,8 +8,10 @@ Three measures, each service in a database of its own under a temporary director
 
 - `append_event`: one session, read once, then `--appends` events appended one after the other
   through that session object (what a `Runner` does), a state delta on every fourth; the median
-  time per append. `JournalSessionService` at the journal's default `durability="full"`,
-  `DatabaseSessionService` as it comes (SQLite's defaults: rollback journal, synchronous FULL).
+  time per append. Then again with every event changing the session's, the app's and the user's
+  state (each service writes all three in one transaction). `JournalSessionService` at the
+  journal's default `durability="full"`, `DatabaseSessionService` as it comes (SQLite's
+  defaults: rollback journal, synchronous FULL).
 - `get_session`, latest 20 events (`GetSessionConfig(num_recent_events=20)`), of a session of N
   events: median of 21 calls after one untimed call that checks it returns 20.
 - `list_sessions` of one user (10 sessions) among N sessions (10 per user), and of the whole app
@@ -61,15 +63,18 @@ PER_USER = 10
 T0 = 1_700_000_000.0
 
 
-def event(n: int, *, delta: bool = False) -> Event:
+def event(n: int, *, delta: bool = False, shared: bool = False) -> Event:
     role, author = ("user", "user") if n % 2 == 0 else ("model", "agent")
+    state = {"n": n} if delta else {}
+    if shared:
+        state.update({"n": n, "app:n": n, "user:n": n})
     return Event(
         id=f"e{n}",
         invocation_id=f"inv{n // 2}",
         author=author,
         timestamp=T0 + n / 1000,
         content=types.Content(role=role, parts=[types.Part(text=f"订单 {n}: " + "x" * 150)]),
-        actions=EventActions(state_delta={"n": n} if delta else {}),
+        actions=EventActions(state_delta=state),
     )
 
 
@@ -194,10 +199,11 @@ async def load_database(
 # -- the measures -----------------------------------------------------------------------------
 
 
-async def measure_append(folder: Path, count: int) -> dict[str, float]:
+async def measure_append(folder: Path, count: int, *, shared: bool = False) -> dict[str, float]:
     results = {}
-    ours = JournalSessionService.open(str(folder / "append.journal"))
-    theirs = DatabaseSessionService(f"sqlite+aiosqlite:///{folder / 'append.adk'}")
+    stem = "append-shared" if shared else "append"
+    ours = JournalSessionService.open(str(folder / f"{stem}.journal"))
+    theirs = DatabaseSessionService(f"sqlite+aiosqlite:///{folder / f'{stem}.adk'}")
     try:
         for name, service in (("journal", ours), ("adk", theirs)):
             await service.create_session(app_name=APP, user_id="u", session_id="s")
@@ -205,7 +211,7 @@ async def measure_append(folder: Path, count: int) -> dict[str, float]:
             assert session is not None
             taken = []
             for n in range(count):
-                item = event(n, delta=n % 4 == 0)
+                item = event(n, delta=n % 4 == 0, shared=shared)
                 start = time.perf_counter()
                 await service.append_event(session, item)
                 taken.append(time.perf_counter() - start)
@@ -276,6 +282,10 @@ async def run(folder: Path, sizes: list[int], appends: int) -> list[str]:
     ]
     appended = await measure_append(folder, appends)
     lines.append(row("append_event (1 event)", appended["journal"], appended["adk"]))
+    appended = await measure_append(folder, appends, shared=True)
+    lines.append(
+        row("append_event with app: and user: state", appended["journal"], appended["adk"])
+    )
     for size in sizes:
         got = await measure_get(folder, size)
         lines.append(row(f"get_session latest 20 @{size:,} events", got["journal"], got["adk"]))

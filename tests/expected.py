@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from agentjournal import Event, Journal
+from agentjournal.backends import PurgeRecord
 
 
 def u(text: str) -> dict[str, Any]:
@@ -64,3 +65,14 @@ def settled_feed(journal: Journal, wait: float = 30.0) -> list[Event]:
             return events
         assert time.monotonic() < deadline, f"the feed shows {len(events)} of {stored} events"
         time.sleep(0.02)
+
+
+def settled_purges(journal: Journal, count: int, wait: float = 30.0) -> list[PurgeRecord]:
+    """The tenant's purge audit, once it shows `count` purges. PostgreSQL holds a purge back as
+    it holds back the feed (`settled_feed`), until every older transaction in the cluster ended.
+    Bounded by `wait` seconds: a purge that never shows up fails the test."""
+    deadline = time.monotonic() + wait
+    while len(purges := journal.purges()) < count:
+        assert time.monotonic() < deadline, f"the audit shows {len(purges)} of {count} purges"
+        time.sleep(0.02)
+    return purges

@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "adk_bench.py"
 
 MEASURES = [
     "append_event (1 event)",
+    "append_event with app: and user: state",
     "get_session latest 20 @100 events",
     "get_session latest 20 @1,000 events",
     "list_sessions 1 user @100 sessions",

@@ -29,6 +29,7 @@ from agentjournal import (
 )
 from agentjournal.backends.postgres_rows import decode_position
 from expected import settled_feed
+from helpers.private import private_journal
 from postgres_fixtures import fresh_schema, owner_url_for
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
@@ -103,13 +104,13 @@ def batch(tag: str) -> list[dict[str, Any]]:
 @pytest.fixture(params=["one journal", "a journal per thread"])
 def journals(request: pytest.FixtureRequest, journal_url: str) -> Iterator[list[Journal]]:
     """16 handles on one database: the same Journal (group commit) or 16 separate ones (each
-    with its own writer connection, so they meet at SQLite's lock, or at PostgreSQL's row locks,
-    like processes do)."""
+    with a storage of its own, so they meet at SQLite's lock, or at PostgreSQL's row locks,
+    like processes do; `Journal.open` would hand them all one storage)."""
     if request.param == "one journal":
         with Journal.open(journal_url) as journal:
             yield [journal] * 16
         return
-    opened = [Journal.open(journal_url) for _ in range(16)]
+    opened = [private_journal(journal_url) for _ in range(16)]
     try:
         yield opened
     finally:
@@ -524,11 +525,11 @@ def test_first_opens_race_on_one_database(unopened_url: str) -> None:
     """Eight first opens at once, each with its own connections as eight processes would have, on
     a database nobody has opened (on SQLite a fresh file; on PostgreSQL a schema that does not
     exist yet, opened by its owner): one creates the journal, the others wait for it, and every
-    one then writes."""
+    one then writes. (`Journal.open` would hand the eight one storage: each opens its own.)"""
     sessions: list[str] = []
 
     def open_and_write(index: int) -> None:
-        with Journal.open(unopened_url) as journal:
+        with private_journal(unopened_url) as journal:
             sid = journal.create_session(f"opener {index}").session_id
             journal.append(sid, "user_message", {"content": f"{index}", "tag": f"{index}"})
             sessions.append(sid)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -17,11 +16,12 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal, ReplicationReport, replicate
-from agentjournal.backends import PurgeRecord, ReplicatedSession
+from agentjournal.backends import ReplicatedSession
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.replication import BatchReport, SourceDiverged, _Replicator
 from agentjournal.replication_apply import ReplicationBatch
 from agentjournal.transfer import committed_events
+from expected import settled_feed, settled_purges
 from postgres_fixtures import fresh_schema, url_for
 from test_transfer import build_rich, snapshot
 
@@ -323,15 +323,11 @@ def test_a_late_batch_read_before_a_purge_does_not_outlive_it(
     source.append(sid, "user_message", {"content": "read, then purged"})
     replicator = _Replicator(source, target, 100)
     expected = replicator.progress()
-    # The page is read, then the source purges the session, then the purges are read.
-    page = source.events_all(limit=100)
-    deadline = time.monotonic() + 60.0
-    while len(page) < 2:  # on PostgreSQL, shown once every older transaction has ended
-        assert time.monotonic() < deadline, page
-        time.sleep(0.02)
-        page = source.events_all(limit=100)
+    # The page is read, then the source purges the session, then the purges are read (each
+    # once PostgreSQL shows it: another client's transaction can hold it back for a moment).
+    page = settled_feed(source)
     source.purge_session(sid)
-    purges = wait_for_purges(source, 1)
+    purges = settled_purges(source, 1)
     prepared = [replicator.prepare(event) for event in page]
     batch = target.apply_replication_batch(
         ReplicationBatch(replicator.source_id, "default", expected, page, prepared, purges, 100)
@@ -381,21 +377,11 @@ def test_bad_arguments_are_typed_errors_and_write_nothing(source: Journal, targe
     assert target.sessions() == []
 
 
-def wait_for_purges(source: Journal, count: int) -> list[PurgeRecord]:
-    """The purge audit once it shows `count` rows: on PostgreSQL a committed purge shows once
-    every older transaction of the server has ended (other clients' included)."""
-    deadline = time.monotonic() + 60.0
-    while len(shown := source.purges()) < count:
-        assert time.monotonic() < deadline, f"{len(shown)} of {count} purges shown"
-        time.sleep(0.02)
-    return shown
-
-
 def test_the_purge_audit_reads_in_commit_order_and_resumes(source: Journal) -> None:
     ids = [source.create_session(f"s{n}").session_id for n in range(3)]
     for sid in ids:
         source.purge_session(sid, actor="ops")
-    wait_for_purges(source, 3)
+    settled_purges(source, 3)  # on PostgreSQL, once every older transaction has ended
 
     first = source.purges(limit=2)
     rest = source.purges(after=first[-1].position)

@@ -203,6 +203,20 @@ class AsyncVerbs:
             self.journal.append_many_ex, session_id, events, expected_seq=expected_seq
         )
 
+    async def append_across(
+        self,
+        batches: Mapping[str, Sequence[EventLike]],
+        *,
+        expected_seq: Mapping[str, int] | None = None,
+    ) -> dict[str, list[Event]]:
+        """Append a batch to each of several sessions of this tenant in one transaction: every
+        batch is written, or none (`batches` maps a session id to its events, written in that
+        order). Each batch is checked as `append_many` checks it: its session's rules, its
+        idempotency keys, and `expected_seq[session_id]` where given. The first batch refused
+        raises its error, and nothing of any batch is written. Returns each session's events
+        (for a batch that was an idempotent retry, the originals)."""
+        return await self._run(self.journal.append_across, batches, expected_seq=expected_seq)
+
     async def compact(
         self, session_id: str, until_seq: int, summary: str, *, idempotency_key: str | None = None
     ) -> Event:

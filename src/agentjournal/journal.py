@@ -13,6 +13,7 @@ from typing import Any, Self
 
 from agentjournal import live, projection, transfer, verify
 from agentjournal import tasks as transitions
+from agentjournal.appends import AppendRequest, append_group
 from agentjournal.arguments import MAX_INT, MAX_PAGE, check_id, check_int, now_ms
 from agentjournal.backends import EventRow, WriteTx
 from agentjournal.backends.urls import Durability as Durability  # re-exported: integrations use it
@@ -21,6 +22,7 @@ from agentjournal.errors import (
     Conflict,
     InvalidArgument,
     InvalidEvent,
+    JournalError,
     SearchUnavailable,
     SessionNotFound,
 )
@@ -123,7 +125,7 @@ class Journal(ReplicationVerbs):
 
     def close(self) -> None:
         """Let go of the storage: closed once no other journal of this process holds it (every
-        `open` of one SQLite file shares its writer; a second close does nothing more). A
+        `open` of one database shares its storage; a second close does nothing more). A
         journal made over a storage it was handed closes that storage."""
         if self._owns_storage:
             (self._release or self.storage.close)()
@@ -369,6 +371,49 @@ class Journal(ReplicationVerbs):
         """`append_many`, also telling whether the events were written now (False: this was an
         idempotent retry and they are the originals)."""
         return self._append(session_id, self.prepare_batch(events), expected_seq)
+
+    def append_across(
+        self,
+        batches: Mapping[str, Sequence[EventLike]],
+        *,
+        expected_seq: Mapping[str, int] | None = None,
+    ) -> dict[str, list[Event]]:
+        """Append a batch to each of several sessions of this tenant in one transaction: every
+        batch is written, or none (`batches` maps a session id to its events, written in that
+        order). Each batch is checked as `append_many` checks it: its session's rules, its
+        idempotency keys, and `expected_seq[session_id]` where given. The first batch refused
+        raises its error, and nothing of any batch is written. Returns each session's events
+        (for a batch that was an idempotent retry, the originals)."""
+        if not isinstance(batches, Mapping) or not batches:
+            raise InvalidArgument("append_across takes a non-empty mapping of session id to events")
+        seqs: Mapping[str, int] = {} if expected_seq is None else expected_seq
+        if not isinstance(seqs, Mapping):
+            raise InvalidArgument("expected_seq must be a mapping of session id to seq")
+        strays = [sid for sid in seqs if sid not in batches]
+        if strays:
+            raise InvalidArgument(f"expected_seq names sessions without a batch: {strays!r:.200}")
+        created_at = now_ms()
+        requests: list[AppendRequest] = []
+        for session_id, events in batches.items():
+            check_id(session_id, "session_id")
+            try:
+                prepared = self.prepare_batch(events)
+            except InvalidEvent as exc:
+                raise type(exc)(f"session {session_id}: {exc}") from exc
+            seq = seqs.get(session_id)
+            if seq is not None:
+                check_int(seq, "expected_seq", 0)
+            requests.append(AppendRequest(self.tenant, session_id, prepared, seq, created_at))
+
+        def work(tx: WriteTx) -> dict[str, list[Event]]:
+            appended: dict[str, list[Event]] = {}
+            for request, outcome in zip(requests, append_group(tx, requests), strict=True):
+                if isinstance(outcome, JournalError):
+                    raise outcome  # rolls back the batches accepted with it
+                appended[request.session_id] = outcome[0]
+            return appended
+
+        return self.storage.write(work)
 
     def compact(
         self,

@@ -37,6 +37,7 @@ from agentjournal.backends.postgres_rows import decode_position
 from agentjournal.backends.postgres_write import SETTLED, CommitUnknown
 from agentjournal.keys import ApiKeys
 from agentjournal.transfer import committed_events, export_lines
+from helpers.private import private_journal
 from postgres_fixtures import ADMIN_URL, HOST, OWNER, ROLE, fresh_schema, owner_url_for, url_for
 
 WAIT = 60.0  # seconds: the most any wait may take before the test fails instead of hanging
@@ -422,7 +423,7 @@ def test_a_sessions_events_ascend_in_the_feed_when_two_instances_append_to_it(
     commits after B. Ordered by transaction id alone, A's event (the larger seq) would come
     first in the feed; its tx is raised to B's, so the feed keeps S's seq order. Then both
     instances append to one session from four threads each, and the order holds again."""
-    with Journal.open(url(schema)) as a, Journal.open(url(schema)) as b:
+    with private_journal(url(schema)) as a, private_journal(url(schema)) as b:
         contended = a.create_session("contended").session_id
         elsewhere = a.create_session("elsewhere").session_id
         a_began, b_inserted = threading.Event(), threading.Event()
@@ -750,7 +751,7 @@ def test_transaction_pooler_mode_prepares_nothing_listens_nowhere_and_still_stre
         wait_for(lambda: listeners(schema) == 1, "the LISTEN connection of session mode")
 
     pooler_url = url(schema, pooler="transaction")
-    with Journal.open(pooler_url) as reader, Journal.open(pooler_url) as writer:
+    with private_journal(pooler_url) as reader, private_journal(pooler_url) as writer:
         sid = writer.create_session("polled").session_id
         cursor = settled_feed(reader, schema)[-1].position
         got: dict[str, list[Event]] = {}

@@ -12,6 +12,7 @@ from psycopg import sql
 from agentjournal import InvalidArgument, Journal, StorageError
 from agentjournal.backends import postgres
 from helpers.contract import SEED, SEED_REPLAY, msg, seed
+from helpers.private import private_journal
 from postgres_fixtures import (
     ADMIN_URL,
     HOST,
@@ -87,7 +88,7 @@ def test_instances_opening_a_new_schema_together_migrate_it_once() -> None:
         def open_() -> None:
             try:
                 barrier.wait(30)
-                opened.append(Journal.open(owner_url_for(schema)))
+                opened.append(private_journal(owner_url_for(schema)))
             except BaseException as exc:
                 errors.append(exc)
 

@@ -1,16 +1,21 @@
-"""Every `Journal.open` of one SQLite file in a process shares one storage (one writer, one group
-commit), and the last `close` closes it."""
+"""Every `Journal.open` of one database in a process (a SQLite file, a PostgreSQL URL) shares one
+storage (one writer, one group commit), and the last `close` closes it; `shared=False` is a
+storage of the caller's own."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from agentjournal import Journal, StorageError
-from agentjournal.backends.urls import SQLITE_FILES
+from agentjournal import AsyncJournal, Journal, StorageError
+from agentjournal.backends.urls import POSTGRES_DATABASES, SQLITE_FILES, open_storage
+from helpers.private import private_journal
+from postgres_fixtures import fresh_schema, require_postgres, url_for
 
 
 def holders(path: Path, durability: str = "full") -> int:
@@ -94,3 +99,96 @@ def test_a_file_replaced_meanwhile_gets_a_storage_of_its_own(tmp_path: Path) -> 
         assert [s.title for s in new.sessions()] == ["from the other file"]
         assert holders(path) == 1
     assert holders(path) == 0
+
+
+def test_a_private_storage_is_its_openers_alone(tmp_path: Path) -> None:
+    """`shared=False` (what tests of two writers in one process use): a storage of its own,
+    neither counted nor handed to a later `open`, closed by its own release."""
+    path = tmp_path / "agent.db"
+    with Journal.open(path) as shared, private_journal(path) as private:
+        assert private.storage is not shared.storage
+        assert holders(path) == 1
+        sid = private.create_session("written by the private one").session_id
+        assert shared.get_session(sid).last_seq == 1
+    assert holders(path) == 0
+    storage, release = open_storage(path, "full", shared=False)
+    release()
+    with pytest.raises(StorageError, match="closed"):
+        storage.session("default", sid)
+
+
+def test_async_opens_share_the_storage_too(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+
+    async def run() -> None:
+        first = await AsyncJournal.open(path)
+        second = await AsyncJournal.open(path, tenant="acme")
+        assert first.journal.storage is second.journal.storage
+        assert holders(path) == 2
+        await first.close()
+        await second.create_session("after the first closed")
+        await second.close()
+        assert holders(path) == 0
+
+    asyncio.run(run())
+
+
+def test_opens_of_one_postgresql_url_share_its_pool() -> None:
+    """PostgreSQL: keyed by the URL as written (its options are part of it) and the durability;
+    tenants are views of the one storage; the last close closes the pool."""
+    require_postgres()
+    with fresh_schema() as schema:
+        url = url_for(schema)
+        first = Journal.open(url)
+        second = Journal.open(url, tenant="acme")
+        assert first.storage is second.storage
+        assert POSTGRES_DATABASES.holders((url, "full")) == 2
+        with (
+            Journal.open(url, durability="normal") as normal,
+            Journal.open(url_for(schema, pool_size="2")) as smaller,
+            private_journal(url) as private,
+        ):
+            assert len({id(j.storage) for j in (first, normal, smaller, private)}) == 4
+        sid = first.create_session("default's").session_id
+        first.close()
+        assert POSTGRES_DATABASES.holders((url, "full")) == 1
+        assert second.sessions() == [], "acme sees none of default's sessions"
+        second.create_session("acme's")
+        second.close()
+        assert POSTGRES_DATABASES.holders((url, "full")) == 0
+        with pytest.raises(StorageError):
+            second.get_session(sid)
+        with Journal.open(url) as again:
+            assert again.storage is not first.storage
+            assert [s.title for s in again.sessions()] == ["default's"]
+
+
+def test_first_opens_at_once_from_threads_make_one_storage(tmp_path: Path) -> None:
+    """Eight threads open a file nobody has opened, released together: one storage is made
+    (under the registry's lock) and all eight hold it; their appends all land."""
+    path = tmp_path / "agent.db"
+    barrier = threading.Barrier(8)
+    opened: list[Journal] = []
+    errors: list[BaseException] = []
+
+    def open_() -> None:
+        try:
+            barrier.wait(30)
+            opened.append(Journal.open(path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len({id(journal.storage) for journal in opened}) == 1
+    assert holders(path) == 8
+    for n, journal in enumerate(opened):
+        journal.create_session(f"opener {n}")
+        journal.close()
+    assert holders(path) == 0
+    with Journal.open(path) as journal:
+        assert len(journal.sessions(limit=100)) == 8

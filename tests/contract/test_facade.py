@@ -9,6 +9,7 @@ import pytest
 
 from agentjournal import InvalidArgument, Journal
 from agentjournal.transfer import export_lines
+from helpers.private import private_journal
 
 
 def test_tenants_lists_every_tenant_with_a_session_from_any_tenant(journal: Journal) -> None:
@@ -31,13 +32,14 @@ def test_keys_belong_to_the_database_and_name_their_tenant(journal: Journal) -> 
 
 
 def test_the_database_identity_is_shared_by_tenant_views_and_opens_of_one_file(
-    journal: Journal, journal_url: str, backend: str
+    journal: Journal, journal_url: str
 ) -> None:
-    """A SQLite file has one open database per process, whoever opens it; each PostgreSQL open
-    has its own pool."""
+    """A database (a SQLite file, a PostgreSQL URL) has one open storage per process, whoever
+    opens it; a private storage (tests/helpers/private.py) is another."""
     assert journal.for_tenant("other").database == journal.database
-    with Journal.open(journal_url) as second:
-        assert (second.database == journal.database) == (backend == "sqlite")
+    with Journal.open(journal_url) as second, private_journal(journal_url) as private:
+        assert second.database == journal.database
+        assert private.database != journal.database
 
 
 def test_open_without_create_refuses_a_missing_file_and_creates_nothing(tmp_path: Path) -> None:

@@ -809,3 +809,69 @@ def test_a_runtime_session_reads_as_items_and_pops_an_unanswered_call(journal: J
     assert popped == {"type": "function_call", "call_id": "c1", "name": "count", "arguments": "{}"}
     assert asyncio.run(session.pop_item()) == user("帮我查一下订单数量")
     assert asyncio.run(session.pop_item()) is None
+
+
+def test_sessions_opened_per_conversation_share_one_storage_and_one_worker_pool(
+    tmp_path: Path,
+) -> None:
+    """`JournalSession.open` once per conversation, as a user swapping `SQLiteSession` writes
+    it: every session of one file in this process holds the file's one storage (one writer, one
+    group commit) and runs its calls on one pool of worker threads, wide enough for 16
+    conversations' appends to be in flight at once; the storage closes with the last session."""
+    from agentjournal.backends.urls import SQLITE_FILES
+
+    path = tmp_path / "agent.db"
+    key = (os.path.realpath(path), "full")
+
+    async def run() -> None:
+        sessions = [JournalSession.open(str(path), f"user-{n}") for n in range(16)]
+        assert len({id(s.journal.storage) for s in sessions}) == 1
+        pools = {id(s._async._pool) for s in sessions if s._async is not None}
+        assert all(s._async is not None for s in sessions)
+        assert len(pools) == 1
+        first = sessions[0]._async
+        assert first is not None
+        assert first._pool._max_workers >= 16
+        assert SQLITE_FILES.holders(key) == 16
+        await asyncio.gather(*(s.add_items([user(s.session_id)]) for s in sessions))
+        for session in sessions[1:]:
+            session.close()
+        assert SQLITE_FILES.holders(key) == 1
+        assert await sessions[0].get_items() == [user("user-0")]
+        sessions[0].close()
+        assert SQLITE_FILES.holders(key) == 0
+        with Journal.open(path) as journal:
+            assert len(journal.sessions(limit=100)) == 16
+
+    asyncio.run(run())
+
+
+def _open_in_child(path: str, out: Any) -> None:
+    async def run() -> None:
+        async with JournalSession.open(path, "child") as session:
+            await session.add_items([user("from the child")])
+            out.put(await session.get_items())
+
+    asyncio.run(run())
+
+
+def test_a_forked_child_opens_sessions_on_threads_of_its_own(tmp_path: Path) -> None:
+    """The parent's worker pool and storage exist only in the parent: a child made by `fork()`
+    after the parent opened a session gets its own, and its calls run."""
+    import multiprocessing
+
+    path = str(tmp_path / "agent.db")
+
+    async def run() -> None:
+        async with JournalSession.open(path, "parent") as session:
+            await session.add_items([user("from the parent")])
+            context = multiprocessing.get_context("fork")
+            out = context.Queue()
+            child = context.Process(target=_open_in_child, args=(path, out))
+            child.start()
+            child.join(timeout=60)
+            assert child.exitcode == 0
+            assert out.get(timeout=5) == [user("from the child")]
+            assert await session.get_items() == [user("from the parent")]
+
+    asyncio.run(run())

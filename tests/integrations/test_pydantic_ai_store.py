@@ -551,3 +551,43 @@ def test_the_same_answers_as_pydantic_ais_own_store(
 
     theirs, ours = asyncio.run(run())
     assert ours == theirs
+
+
+def test_entries_that_point_in_a_circle_are_refused_with_nothing_written(
+    journal: Journal,
+) -> None:
+    """`new_entries` come in order, each after the one it points at. Entries that do not (one
+    pointing at itself, at a later one, an id given twice) would make the history a circle that
+    every later load walked for ever: they are refused, and nothing is written."""
+    from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord
+
+    from agentjournal import InvalidArgument
+
+    def entry(entry_id: str, parent: str | None) -> ConversationEntry:
+        return ConversationEntry(id=entry_id, parent_id=parent, message=_request(entry_id))
+
+    bad = [
+        [entry("a", "b"), entry("b", "a")],
+        [entry("a", "a")],
+        [entry("a", None), entry("b", "a"), entry("a", "b")],
+    ]
+
+    async def run() -> None:
+        store = JournalConversationStore(journal)
+        for entries in bad:
+            record = ConversationRecord(conversation_id="c", head_id=entries[-1].id)
+            with pytest.raises(InvalidArgument, match="entries"):
+                await store.write_record(record, new_entries=entries, expected_revision=None)
+            assert journal.sessions() == []
+        good = [entry("a", None), entry("b", "a")]
+        record = ConversationRecord(conversation_id="c", head_id="b")
+        await store.write_record(record, new_entries=good, expected_revision=None)
+        assert await store.read_history("b") == good
+        # An id saved again in a later save: its history ends at the circle, not in it.
+        again = ConversationRecord(conversation_id="c", head_id="a")
+        revision = record.revision
+        await store.write_record(again, new_entries=[entry("a", "b")], expected_revision=revision)
+        with pytest.raises(LookupError):
+            await JournalConversationStore(journal).read_history("a")
+
+    asyncio.run(run())

@@ -274,3 +274,38 @@ def test_pages_that_split_a_commit_change_nothing(journal: Journal, page_size: i
 
     assert seen(paged) == seen(whole)
     assert len(seen(whole)) == 10
+
+
+def test_a_conversation_that_has_the_checkpoints_session_id_is_not_written_into(
+    journal: Journal,
+) -> None:
+    """Session ids are the caller's to choose: a conversation called `otel-export.default` is not
+    the exporter's checkpoint. The exporter refuses to start (a typed error) rather than append
+    checkpoints to it, and the conversation is left as it was."""
+    from agentjournal import InvalidArgument
+
+    journal.create_session("mine", session_id="otel-export.default")
+    journal.append("otel-export.default", "user_message", {"content": "hello"})
+    with pytest.raises(InvalidArgument, match="is not the checkpoint"):
+        FeedExporter(journal, InMemorySpanExporter()).run()
+    assert [e.type for e in session_events(journal, "otel-export.default")] == [
+        "session_created",
+        "user_message",
+    ]
+
+
+@pytest.mark.parametrize(
+    "options", [{"page_size": 0}, {"page_size": 2.5}, {"retry_seconds": 0}, {"poll": -1}]
+)
+def test_bad_options_are_refused_with_nothing_written(
+    journal: Journal, options: dict[str, Any]
+) -> None:
+    """Refused when made (or when run, for `poll_interval`), before the checkpoint's session is
+    created: nothing is written."""
+    from agentjournal import InvalidArgument
+
+    options = dict(options)  # (the same dict is every backend's)
+    poll = options.pop("poll", 0.2)
+    with pytest.raises(InvalidArgument):
+        FeedExporter(journal, InMemorySpanExporter(), **options).run(poll_interval=poll)
+    assert journal.sessions() == []

@@ -104,3 +104,19 @@ def test_the_background_export_retries_what_the_receiver_refused(
         assert export.passes >= 3
         assert receiver.requests == 1  # the refused requests were not taken
     assert len(receiver.spans) == 2
+
+
+@pytest.mark.parametrize("interval", [0, -1.0, "1", True])
+def test_the_background_export_refuses_an_interval_that_is_not_a_pause(
+    db_path: Path, interval: object
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentjournal.errors import InvalidArgument
+    from agentjournal.otel.background import BackgroundExport
+
+    with (
+        Journal.open(db_path) as journal,
+        pytest.raises(InvalidArgument, match="interval must be a positive number"),
+    ):
+        BackgroundExport(journal, InMemorySpanExporter(), interval=interval)  # type: ignore[arg-type]

@@ -86,6 +86,20 @@ def crash() -> str:
 
 
 @server.tool()
+def hang(seconds: float) -> str:
+    """Notes that it began (a ledger line), then answers after `seconds`."""
+    record("hang", "hang")
+    time.sleep(seconds)
+    return "hung"
+
+
+@server.tool()
+def nul() -> str:
+    """Text with U+0000 in it, which the journal does not store as it is."""
+    return "before\x00after"
+
+
+@server.tool()
 def huge(chars: int) -> str:
     """A result of `chars` characters."""
     return "x" * chars

@@ -725,3 +725,16 @@ def test_a_tool_that_starts_a_task_in_its_own_session_finishes_the_turn(
     assert result.reply == "started"
     assert journal.get_session(session.session_id).turn_open is False
     assert [c.status for c in journal.tool_calls(session.session_id)] == ["ok"]
+
+
+def test_a_tool_result_the_journal_cannot_store_as_it_is_does_not_cut_the_turn(
+    journal: Journal,
+) -> None:
+    """A lone surrogate (text decoded with errors="surrogateescape", say) or U+0000 in a result
+    becomes U+FFFD: the result is journaled and the turn ends."""
+    model = Replies(ModelReply(None, (call("call_1", "read"),)), ModelReply("done"))
+    agent = Agent(model, [Tool("read", lambda args, inv: "a\udcffb\x00c", idempotent=True)])
+    session = agent.create_session(journal)
+    assert agent.run_turn(journal, session.session_id, "go").reply == "done"
+    [result] = [e for e in journal.events(session.session_id) if e.type == "tool_result"]
+    assert result.payload["content"] == "a\ufffdb\ufffdc"

@@ -78,6 +78,8 @@ def test_a_client_config_is_read_as_clients_read_it(
         ({"a__b": {"command": "x"}}, "without '__'"),
         ({"a b": {"command": "x"}}, "1 to 32 letters"),
         ({"a": "npx server"}, "each server is a JSON object"),
+        ({"a": {"command": "x", "idempotent": [{"tool": "t"}]}}, "each tool named in idempotent"),
+        ({"a": {"command": "x", "disabled": "yes"}}, "disabled must be true or false"),
     ],
 )
 def test_mistakes_are_typed_errors_naming_the_server(
@@ -109,3 +111,15 @@ def test_names_are_unique_among_an_agents_servers() -> None:
         Agent(ScriptedModel({}, "hi"), mcp_servers=twice)
     with pytest.raises(InvalidArgument, match="takes MCPServer"):
         Agent(ScriptedModel({}, "hi"), mcp_servers=[{"name": "a"}])  # type: ignore[list-item]
+
+
+def test_no_two_servers_can_give_a_tool_the_same_name() -> None:
+    """`a_`'s tool `x` and `a`'s tool `_x` would both be `a___x` to the model: which one a call
+    ran would hang on which server answered first. A name ending in '_' is refused (a tool name
+    is then split at its first '__' into its one server and that server's tool)."""
+    from agentjournal.runtime.mcp_tools import exposed_name
+
+    assert exposed_name("a", "_x") == exposed_name("a_", "x")
+    with pytest.raises(InvalidArgument, match="MCP server name 'a_'"):
+        MCPServer("a_", command="x")
+    MCPServer("_a", command="x")  # a leading '_' leaves the split unambiguous

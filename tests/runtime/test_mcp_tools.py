@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -303,3 +304,65 @@ def test_agentjournals_own_mcp_over_http_with_a_bearer_key(tmp_path: Path) -> No
 def journal_calls(db: Path, sid: str) -> list[dict[str, Any]]:
     with Journal.open(db) as journal:
         return [e.payload for e in journal.events(sid) if e.type == "tool_call"]
+
+
+def test_two_tenants_sessions_of_one_id_send_different_invocation_keys(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """A session is (tenant, id): two tenants may both have a session `s1` whose model numbers
+    its calls alike. The key a shared server sees must not be the same for both, or a server that
+    makes its side effects idempotent by it answers one tenant's call with the other's result."""
+    scripts = {"key": Script("{result}", tool="ledger__invocation")}
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(tmp_path / "ledger")])
+    keys = []
+    try:
+        for tenant in ("acme", "globex"):
+            scoped = journal.for_tenant(tenant)
+            agent.create_session(scoped, session_id="s1")
+            keys.append(agent.run_turn(scoped, "s1", "key").reply)
+    finally:
+        agent.close()
+    assert keys[0] != keys[1]
+    assert all(key.endswith("s1:call_1") for key in keys)
+
+
+def test_a_result_the_journal_cannot_store_as_it_is_does_not_cut_the_turn(
+    journal: Journal, tmp_path: Path
+) -> None:
+    """A server is not trusted to send text the journal stores: U+0000 in a result (or in the
+    error text of a failed call) is replaced, and the turn ends as any other."""
+    scripts = {"nul": Script("got {result}", tool="ledger__nul")}
+    agent = Agent(ScriptedModel(scripts, "?"), mcp_servers=[ledger_server(tmp_path / "ledger")])
+    try:
+        sid = agent.create_session(journal).session_id
+        turn = agent.run_turn(journal, sid, "nul")
+    finally:
+        agent.close()
+    assert turn.reply == "got before\ufffdafter"
+    assert [e.type for e in journal.events(sid)][1:] == TURN
+    assert [c.status for c in journal.tool_calls(sid)] == ["ok"]
+
+
+def test_a_late_failure_on_a_dropped_connection_leaves_the_new_one_up(tmp_path: Path) -> None:
+    """A call whose connection broke drops it; calls still in flight on it then fail too, and
+    their failures come after a next turn connected again: they must not drop the connection
+    that replaced theirs (every call on it would then fail "not connected")."""
+    from agentjournal.runtime import Invocation
+    from agentjournal.runtime.mcp_tools import MCPTools
+
+    mcp = MCPTools([ledger_server(tmp_path / "ledger")])
+    try:
+        hang = mcp.tools()["ledger__hang"]
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(hang.function, {"seconds": 30}, Invocation("s", "c1"))
+            while lines(tmp_path / "ledger") != ["hang"]:  # the server is running the call
+                time.sleep(0.01)
+            # Another call's transport broke: that connection is dropped.
+            mcp._drop("ledger", mcp._connections["ledger"])
+            lookup = mcp.tools()["ledger__lookup"]  # the next turn connects again
+            with pytest.raises(Exception, match="may or may not have taken effect"):
+                in_flight.result(timeout=60)  # the call in flight on the old one failed
+        # A call of that turn goes to the new connection, which is still up.
+        assert "in_stock" in lookup.function({"sku": "x"}, Invocation("s", "c2"))
+    finally:
+        mcp.close()

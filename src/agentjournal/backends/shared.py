@@ -1,11 +1,13 @@
-"""One storage per SQLite file and process, shared by every `Journal.open` of that file.
+"""One storage per database and process, shared by every `Journal.open` of that database.
 
 A SQLite file takes one writer at a time. Two storages of one file in one process (one per
 `JournalSession.open`, as a framework user writes it, one per conversation) each keep a writer
 connection and a group-commit queue, and their appends take turns on the file's lock, one commit
 each, where one queue would have served them together in one commit. So `open_storage` hands
 out the one storage a file has in this process, counting its holders; the last `release` closes
-it. A storage made directly (`SQLiteStorage(path)`) stays its maker's alone.
+it. A storage made directly (`SQLiteStorage(path)`, or `open_storage(..., shared=False)`) stays
+its maker's alone. A PostgreSQL URL is shared the same way (one connection pool, one group
+commit per URL and durability; `urls.POSTGRES_DATABASES`), its identity constant.
 
 The key is the file's real path with the durability (a "normal" and a "full" opener each keep
 theirs: their connections differ) and the process id: a child made by `fork()` opens its own. A

@@ -20,8 +20,10 @@ __all__ = ["Durability", "describe", "migrate_storage", "open_storage", "sqlite_
 
 Durability = Literal["full", "normal"]
 
-# Every `open_storage` of one SQLite file in this process gets its one storage (see `shared`).
+# Every `open_storage` of one SQLite file, or of one PostgreSQL URL, in this process gets its one
+# storage (see `shared`). Two registries: a slow PostgreSQL connect never holds up a SQLite open.
 SQLITE_FILES = SharedStorages()
+POSTGRES_DATABASES = SharedStorages()
 # Something that reads as a URL, `scheme://`: a path never starts so (a Windows drive is `C:\`).
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -66,24 +68,38 @@ def describe(url: str | Path) -> str:
 
 
 def open_storage(
-    url: str | Path, durability: Durability, *, create: bool = True
+    url: str | Path, durability: Durability, *, create: bool = True, shared: bool = True
 ) -> tuple[Storage, Callable[[], None]]:
     """The storage at `url` and the function that lets go of it (closing it once no one else
     holds it); with `create=False`, `InvalidArgument` if it is a SQLite file that does not exist
     (a PostgreSQL database is always there: its schema is created as needed).
 
-    A SQLite file has one storage per process, whoever opens it (`shared`); each PostgreSQL
-    open makes its own connection pool."""
+    A database has one storage per process and durability, whoever opens it (`shared`): a
+    SQLite file by its real path, a PostgreSQL database by its URL as written (its options, the
+    pool's size among them, are part of it). `shared=False` makes a storage of the caller's own,
+    as a second process would have: its own writer, meeting the others at the database's locks
+    (the tests that need two writers in one process use it)."""
     if durability not in ("full", "normal"):
         raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
     path = sqlite_file(url)
     if path is None:
-        storage = _postgres().PostgresStorage(str(url), durability)
-        return storage, storage.close
+        postgres = _postgres()
+
+        def connect() -> Storage:
+            storage: Storage = postgres.PostgresStorage(str(url), durability)
+            return storage
+
+        if not shared:
+            storage = connect()
+            return storage, storage.close
+        return POSTGRES_DATABASES.acquire((str(url), durability), connect, lambda: None)
     if not create and not path.is_file():
         raise InvalidArgument(f"no database at {str(url)!r}")
     from agentjournal.backends.sqlite import SQLiteStorage
 
+    if not shared:
+        storage = SQLiteStorage(str(path), durability)
+        return storage, storage.close
     return SQLITE_FILES.acquire(
         (os.path.realpath(path), durability),
         lambda: SQLiteStorage(str(path), durability),

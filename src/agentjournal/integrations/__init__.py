@@ -14,4 +14,6 @@ by name, with its framework as an optional extra; `import agentjournal` never im
 - `agentjournal.integrations.adk.JournalSessionService`: Google ADK's session service
   (`pip install 'agentjournal[adk]'`); `adk_events` holds its events (pure), `adk_store` finds
   sessions, state and directories in the journal.
+- `worker`: what the integrations taking a `Journal` or an `AsyncJournal` share (which journal,
+  which worker thread).
 """

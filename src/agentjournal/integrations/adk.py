@@ -8,10 +8,11 @@ async with JournalSessionService.open("agent.db") as sessions:  # or postgresql:
     runner = Runner(agent=agent, app_name="shop", session_service=sessions)
 ```
 
-Every ADK session is a journal session and every ADK `Event` one atomic `append_many` of the
-journal's own events (a user message, the agent's text, its tool calls and results) with the
-event itself on the last of them, so `get_session` returns exactly the events appended and the
-CLI, the inspector, search and replay show the conversation. `agentjournal.integrations.
+Every ADK session is a journal session and every ADK `Event` one atomic batch of the journal's
+own events (a user message, the agent's text, its tool calls and results) with the event itself
+on the last of them, written in one transaction with the `app:` and `user:` state it changes, so
+`get_session` returns exactly the events appended and the CLI, the inspector, search and replay
+show the conversation. `agentjournal.integrations.
 adk_events` says what is stored where; docs/integrations.md has the whole story.
 """
 
@@ -42,8 +43,6 @@ import agentjournal.integrations.adk_store as store
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.integrations.adk_events import (
-    APP_STATE,
-    USER_STATE,
     call_ids,
     event_batch,
     journal_id,
@@ -199,10 +198,11 @@ class JournalSessionService(BaseSessionService):
         jid = journal_id("session", app_name, user_id, sid)
         if store.exists(self.journal, jid):
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
-        app_state = store.update_shared(self.journal, APP_STATE, app_name, None, deltas["app"])
-        user_state = store.update_shared(
-            self.journal, USER_STATE, app_name, user_id, deltas["user"]
-        )
+        # The app's and the user's state change together, before the session exists: a crash
+        # in between leaves them changed and the session not created, and creating it again
+        # (as ADK callers do after an error) merges the same deltas again and creates it.
+        shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
+        store.append_with_shared(self.journal, {}, {}, shared, lambda: None)
         # Listed before it exists: a crash in between leaves a name that lists nothing (and is
         # skipped), never a session that no list finds.
         store.list_session(self.journal, app_name, user_id, sid)
@@ -216,7 +216,7 @@ class JournalSessionService(BaseSessionService):
             id=sid,
             app_name=app_name,
             user_id=user_id,
-            state=_merge(deltas["session"], app_state, user_state),
+            state=_merge(deltas["session"], shared.app_state, shared.user_state),
             last_update_time=created,
         )
         session._storage_update_marker = store.marker_of(self.journal.events(jid, limit=1)[0])
@@ -332,20 +332,23 @@ class JournalSessionService(BaseSessionService):
             used_calls={c.call_id for c in calls},
             open_calls={c.call_id for c in calls if c.status == "pending"},
         )
+        # The event and the `app:` and `user:` state it changes are one transaction: a crash
+        # leaves all of them or none. Another writer of the shared state is waited out (the
+        # write is done again over its state); another writer of this session makes it stale.
+        shared = store.SharedChange(
+            session.app_name, session.user_id, deltas["app"], deltas["user"]
+        )
+
+        def moved() -> None:
+            if self.journal.get_session(jid).last_seq != expected:
+                raise StaleSessionError(_STALE)
+
         try:
-            appended = self.journal.append_many(jid, batch, expected_seq=expected)
+            appended = store.append_with_shared(
+                self.journal, {jid: batch}, {jid: expected}, shared, moved
+            )[jid]
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        except Conflict:
-            if self.journal.get_session(jid).last_seq != expected:
-                raise StaleSessionError(_STALE) from None
-            raise
-        # App and user state are shared by other sessions: written after the event, each in
-        # its own append (a crash in between leaves the event's delta only in the event).
-        store.update_shared(self.journal, APP_STATE, session.app_name, None, deltas["app"])
-        store.update_shared(
-            self.journal, USER_STATE, session.app_name, session.user_id, deltas["user"]
-        )
         return store.marker_of(appended[-1])
 
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 from agentjournal.errors import Conflict, SessionNotFound
-from agentjournal.events import Event
+from agentjournal.events import Event, NewEvent
 from agentjournal.integrations.adk_events import (
+    APP_STATE,
     SESSION_LISTED,
     SESSION_UNLISTED,
     USER_LISTED,
+    USER_STATE,
     carried,
     journal_id,
 )
@@ -23,6 +27,8 @@ from agentjournal.journal import Journal
 
 __all__ = [
     "Head",
+    "SharedChange",
+    "append_with_shared",
     "exists",
     "list_session",
     "listed_names",
@@ -30,7 +36,6 @@ __all__ = [
     "session_state",
     "shared_state",
     "unlist_session",
-    "update_shared",
 ]
 
 _PAGE = 200  # events read per step when reading a session backwards
@@ -71,6 +76,10 @@ def newest(
     # doubling: the latest 20 events cost about 20 events' reading, whatever the length.
     size = min(_PAGE, count + 2) if count is not None else 32 if after is not None else _PAGE
     page = journal.events(jid, last=size)
+    if not page:
+        # Created (on PostgreSQL) between the read of its events and the check that it
+        # exists: as of the read, there was no such session.
+        raise SessionNotFound(jid)
     last = page[-1]
     while True:
         for event in reversed(page):
@@ -126,30 +135,101 @@ def shared_state(journal: Journal, jid: str) -> dict[str, Any]:
     return dict(state) if isinstance(state, dict) else {}
 
 
-def update_shared(
-    journal: Journal, kind: str, app_name: str, user_id: str | None, delta: dict[str, Any]
-) -> dict[str, Any]:
-    """Apply `delta` to an app's state (`user_id` None) or a user's and return the state: read,
-    merge, append at the seq read, again if another writer came first."""
-    if user_id is None:
-        jid, scope = journal_id("app", app_name), {"app_name": app_name}
-    else:
-        jid = journal_id("user", app_name, user_id)
-        scope = {"app_name": app_name, "user_id": user_id}
-    if not delta:
-        return shared_state(journal, jid)
+class SharedChange:
+    """What `append_with_shared` adds to a write: the `app:` and `user:` deltas of one app and
+    user (either may be empty), and the states they gave once written."""
+
+    __slots__ = ("app_delta", "app_name", "app_state", "user_delta", "user_id", "user_state")
+
+    def __init__(
+        self,
+        app_name: str,
+        user_id: str,
+        app_delta: dict[str, Any],
+        user_delta: dict[str, Any],
+    ) -> None:
+        self.app_name, self.user_id = app_name, user_id
+        self.app_delta, self.user_delta = app_delta, user_delta
+        self.app_state: dict[str, Any] = {}
+        self.user_state: dict[str, Any] = {}
+
+
+def append_with_shared(
+    journal: Journal,
+    batches: Mapping[str, Sequence[NewEvent]],
+    expected_seq: Mapping[str, int],
+    change: SharedChange,
+    moved: Callable[[], None],
+) -> dict[str, list[Event]]:
+    """Append `batches` (at `expected_seq`) and the app's and the user's new state in **one**
+    transaction (`Journal.append_across`): the shared state is read, merged with the deltas
+    and appended at the seq read. If another writer came first (`Conflict`), `moved()` is
+    asked whether that makes the whole write wrong (it raises) and otherwise it is all done
+    again over the new shared state. Sets `change.app_state` and `change.user_state`."""
+    app_jid = journal_id("app", change.app_name)
+    user_jid = journal_id("user", change.app_name, change.user_id)
+    scopes = {
+        app_jid: (APP_STATE, {"app_name": change.app_name}, change.app_delta),
+        user_jid: (
+            USER_STATE,
+            {"app_name": change.app_name, "user_id": change.user_id},
+            change.user_delta,
+        ),
+    }
     for attempt in range(_ATTEMPTS):
-        last_seq = _ensure(journal, jid, f"ADK {kind}", {"integration": "adk", **scope})
-        state = {**shared_state(journal, jid), **delta}
+        states: dict[str, dict[str, Any]] = {}
+        writes: dict[str, Sequence[NewEvent]] = dict(batches)
+        seqs = dict(expected_seq)
+        for jid, (kind, scope, delta) in scopes.items():
+            if not delta:
+                states[jid] = shared_state(journal, jid)
+                continue
+            last_seq, state = _shared_head(journal, jid, kind, scope)
+            states[jid] = {**state, **delta}
+            writes[jid] = [NewEvent(kind, {**scope, "state": states[jid]})]
+            seqs[jid] = last_seq
         try:
-            journal.append(jid, kind, {**scope, "state": state}, expected_seq=last_seq)
+            appended = _append(journal, writes, seqs)
         except Conflict:
-            # Another writer came first: wait a random while, longer each time (at most
-            # 50 ms), so that contending writers stop meeting at the same moment.
-            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-            continue
-        return state
-    raise Conflict(f"{kind}: other writers kept appending; try again")
+            pass
+        else:
+            change.app_state, change.user_state = states[app_jid], states[user_jid]
+            return appended
+        moved()
+        # A shared state moved on: wait a random while, longer each time (at most 50 ms), so
+        # that contending writers stop meeting at the same moment.
+        time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+    raise Conflict("ADK app or user state: other writers kept appending; try again")
+
+
+def _append(
+    journal: Journal, writes: Mapping[str, Sequence[NewEvent]], seqs: Mapping[str, int]
+) -> dict[str, list[Event]]:
+    """Several sessions' batches in one transaction; one session's alone as any append is
+    written (group commit's shared path for appends)."""
+    if len(writes) > 1:
+        return journal.append_across(writes, expected_seq=seqs)
+    return {
+        jid: journal.append_many(jid, batch, expected_seq=seqs.get(jid))
+        for jid, batch in writes.items()
+    }
+
+
+def _shared_head(
+    journal: Journal, jid: str, kind: str, scope: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """The last seq and the state of an app's or a user's state session, created on first
+    use: one read of its newest event."""
+    found: list[Event] = []
+    with suppress(SessionNotFound):
+        found = journal.events(jid, last=1)
+    if not found:
+        # Not there, or (on PostgreSQL) created by another writer between the read of its
+        # events and the check that it exists: seen whole once `_ensure` has seen it.
+        _ensure(journal, jid, f"ADK {kind}", {"integration": "adk", **scope})
+        found = journal.events(jid, last=1)
+    state = found[0].payload.get("state")
+    return found[0].seq, dict(state) if isinstance(state, dict) else {}
 
 
 def listed_names(journal: Journal, jid: str, name: str) -> list[str]:

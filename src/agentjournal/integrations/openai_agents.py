@@ -20,12 +20,13 @@ the only erasure). docs/integrations.md has the whole story.
 
 from __future__ import annotations
 
-import asyncio
+import os
 import random
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from agents.items import TResponseInputItem
@@ -38,6 +39,7 @@ from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, Unkn
 from agentjournal.events import CLEARED, ITEM_REMOVED, MESSAGE_ROLES, Event, NewEvent
 from agentjournal.integrations.known_state import KnownState
 from agentjournal.integrations.responses import call_ids, item_events
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 from agentjournal.replay import responses_items
 
@@ -63,6 +65,24 @@ class _Shared:
 
 _shared: weakref.WeakValueDictionary[tuple[int, str, str], _Shared] = weakref.WeakValueDictionary()
 _shared_guard = threading.Lock()
+
+
+# The worker threads of every `JournalSession.open` session of this process (by pid: a forked
+# child gets its own; the parent's threads do not exist in it). A session's calls run on them, as
+# a shared `AsyncJournal`'s do: so many conversations' appends are in flight at once and meet in
+# one group commit of their (shared) storage. `asyncio.to_thread`'s default pool, min(32, cores
+# + 4) threads, would cap that at 6 appends a commit on 2 cores.
+_OPENED_THREADS = 32
+_opened_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _opened_executor() -> ThreadPoolExecutor:
+    global _opened_pool
+    with _shared_guard:
+        if _opened_pool is None or _opened_pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(_OPENED_THREADS, thread_name_prefix="agentjournal-session")
+            _opened_pool = (os.getpid(), pool)
+        return _opened_pool[1]
 
 
 def _shared_for(journal: Journal, session_id: str) -> _Shared:
@@ -97,13 +117,7 @@ class JournalSession:
         system_prompt: str | None = None,
         model: str | None = None,
     ) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("session_id must be a non-empty string")
         self.session_id = session_id
@@ -138,10 +152,19 @@ class JournalSession:
     ) -> JournalSession:
         """A session over a journal of its own at `url` (a SQLite path or `postgresql://…`),
         closed by `close()` or by leaving `async with`. `session_fields`: title, metadata,
-        system_prompt, model, used when the journal session is created."""
+        system_prompt, model, used when the journal session is created.
+
+        Every open of one database in a process shares its storage (one writer, one group
+        commit), and every session opened here runs its calls on one pool of worker threads of
+        the process, so a session per conversation costs what one shared `AsyncJournal` costs."""
         journal = Journal.open(url, tenant=tenant, durability=durability)
         try:
-            session = cls(session_id, journal, session_settings=session_settings, **session_fields)
+            session = cls(
+                session_id,
+                AsyncJournal(journal, executor=_opened_executor()),
+                session_settings=session_settings,
+                **session_fields,
+            )
         except BaseException:
             journal.close()
             raise
@@ -233,9 +256,7 @@ class JournalSession:
     # -- the work, in a worker thread -------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._async is not None:
-            return await self._async._run(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await in_worker(self._async, fn, *args)
 
     def _ensure(self) -> int:
         """The session's last seq, creating the session first if it does not exist."""

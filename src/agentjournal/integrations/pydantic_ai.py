@@ -22,7 +22,6 @@ events. docs/integrations.md has the whole story.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from agentjournal.integrations.pydantic_ai_events import (
     message_events,
     stored_messages,
 )
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 from agentjournal.replay import Tokenizer
 
@@ -126,13 +126,7 @@ class JournalHistory:
         system_prompt: str | None = None,
         model: str | None = None,
     ) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("session_id must be a non-empty string")
         self.session_id = session_id
@@ -298,9 +292,7 @@ class JournalHistory:
         return await self._call(lambda: self.save(messages, expected_seq=expected_seq))
 
     async def _call(self, fn: Callable[[], T]) -> T:
-        if self._async is not None:
-            return await self._async._run(fn)
-        return await asyncio.to_thread(fn)
+        return await in_worker(self._async, fn)
 
     def _events(self, after: int = 0) -> list[Event]:
         events: list[Event] = []

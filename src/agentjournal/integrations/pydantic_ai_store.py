@@ -36,7 +36,6 @@ what a fork keeps; a backend implements five primitives over records and entries
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -45,7 +44,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import pydantic
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationDetails,
@@ -55,9 +53,9 @@ from pydantic_ai.conversation_store import (
 )
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import Conflict, SessionNotFound
 from agentjournal.events import Event, NewEvent
-from agentjournal.integrations.pydantic_ai import dump_messages, load_messages
+from agentjournal.integrations.pydantic_ai import dump_messages
 from agentjournal.integrations.pydantic_ai_events import (
     DELETED,
     DETAILS,
@@ -67,14 +65,22 @@ from agentjournal.integrations.pydantic_ai_events import (
     message_events,
     stored_messages,
 )
+from agentjournal.integrations.pydantic_ai_records import (
+    INTEGRATION,
+    check_order,
+    entries_of,
+    is_conversation,
+    record_from_payload,
+    record_payload,
+    walk_back,
+)
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 from agentjournal.projection import Session
 
 __all__ = ["JournalConversationStore"]
 
 T = TypeVar("T")
-_RECORDS: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
-_INTEGRATION = "pydantic-ai"
 _ATTEMPTS = 100  # writes lost to other writers of the same session before giving up
 _MAX_PAGE = 10_000
 _DETAIL_KEYS = ("title", "metadata")
@@ -104,13 +110,7 @@ class JournalConversationStore(ConversationStore):
     docstring tells how conversations are kept)."""
 
     def __init__(self, journal: Journal | AsyncJournal) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         self._owned = False
         # Where entries are: id -> (session, first seq, last seq). Facts that never change (the
         # journal is append-only), learnt from every record and entry read or written.
@@ -190,9 +190,7 @@ class JournalConversationStore(ConversationStore):
     # -- the work, in a worker thread ---------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._async is not None:
-            return await self._async._run(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await in_worker(self._async, fn, *args)
 
     def _state(self, conversation_id: str) -> _State:
         """The conversation's session and its newest record, with the updates made since."""
@@ -200,7 +198,7 @@ class JournalConversationStore(ConversationStore):
             session = self.journal.get_session(conversation_id)
         except SessionNotFound:
             return _State(None, None, {})
-        if session.status == "deleted" or not _ours(session):
+        if session.status == "deleted" or not is_conversation(session):
             return _State(session, None, {})
         details: dict[str, Any] = {}
         before, size = session.last_seq + 1, 8
@@ -216,7 +214,7 @@ class JournalConversationStore(ConversationStore):
                 elif event.type == DELETED:
                     return _State(session, None, {})
                 elif event.type == RECORD:
-                    record = _RECORDS.validate_python({**event.payload["record"], **details})
+                    record = record_from_payload(event.payload, details)
                     where = event.payload["where"]
                     for entry_id, (first, last) in where.items():
                         self._where[entry_id] = (conversation_id, first, last)
@@ -230,7 +228,7 @@ class JournalConversationStore(ConversationStore):
         while True:
             page = self.journal.sessions(limit=200, cursor=cursor)
             for session in page:
-                if not _ours(session) or (
+                if not is_conversation(session) or (
                     scope is not None and session.metadata.get("scope") != scope
                 ):
                     continue
@@ -250,12 +248,13 @@ class JournalConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         conversation_id = record.conversation_id
+        check_order(new_entries)
         for _ in range(_ATTEMPTS):
             state = self._state(conversation_id)
             current = state.record
             if (current.revision if current is not None else None) != expected_revision:
                 raise ConversationConflict(conversation_id)
-            if state.session is not None and not _ours(state.session):
+            if state.session is not None and not is_conversation(state.session):
                 raise ConversationConflict(
                     conversation_id,
                     message=f"Journal session {conversation_id!r} exists and is not a "
@@ -276,7 +275,7 @@ class JournalConversationStore(ConversationStore):
             )
             if not opened:
                 # Bad input is refused before the session is created (or undeleted).
-                self.journal.prepare_batch([*events, NewEvent(RECORD, _record_payload(record))])
+                self.journal.prepare_batch([*events, NewEvent(RECORD, record_payload(record))])
                 self._open_session(conversation_id, state.session, record.scope)
                 continue  # read it again, as it is now
             assert state.session is not None
@@ -288,7 +287,7 @@ class JournalConversationStore(ConversationStore):
                 placed[entry.id] = (seq + 1, seq + count)
                 seq += count
             where = self._record_where(record, placed, state)
-            events.append(NewEvent(RECORD, _record_payload(record, where)))
+            events.append(NewEvent(RECORD, record_payload(record, where)))
             try:
                 self.journal.append_many(conversation_id, events, expected_seq=last_seq)
             except Conflict:
@@ -361,7 +360,7 @@ class JournalConversationStore(ConversationStore):
         self, conversation_id: str, session: Session | None, scope: str | None
     ) -> None:
         """Create the session, or undelete it."""
-        metadata: dict[str, Any] = {"integration": _INTEGRATION}
+        metadata: dict[str, Any] = {"integration": INTEGRATION}
         if scope is not None:
             metadata["scope"] = scope
         if session is None:
@@ -440,7 +439,7 @@ class JournalConversationStore(ConversationStore):
         stored = stored_messages(events, hidden=True)
         if not stored or stored[0].entry is None or stored[0].entry.get("id") != entry_id:
             raise KeyError(entry_id)
-        return _entries(stored[:1])[0]
+        return entries_of(stored[:1])[0]
 
     def _messages(self, session_id: str) -> list[StoredMessage]:
         """The session's messages, reading only the events this store has not read before: the
@@ -488,7 +487,7 @@ class JournalConversationStore(ConversationStore):
         while True:
             page = self.journal.sessions(limit=200, cursor=cursor)
             for session in page:
-                if _ours(session):
+                if is_conversation(session):
                     located = self._locate(session.session_id, {entry_id})
                     if entry_id in located:
                         first, last = located[entry_id]
@@ -504,7 +503,7 @@ class JournalConversationStore(ConversationStore):
             raise KeyError(head_id)
         session_id, _, last = where
         if limit is None:  # the whole history: from what this store read of the session before
-            chain, complete = _chain(self._messages(session_id), head_id, None)
+            chain, complete = walk_back(self._messages(session_id), head_id, None)
         else:  # the newest `limit`: read backwards, a page at a time
             events: list[Event] = []
             upper, size = last, max(64, 8 * limit)
@@ -514,7 +513,7 @@ class JournalConversationStore(ConversationStore):
                 except SessionNotFound:
                     raise KeyError(head_id) from None
                 events[:0] = page
-                chain, complete = _chain(stored_messages(events, hidden=True), head_id, limit)
+                chain, complete = walk_back(stored_messages(events, hidden=True), head_id, limit)
                 if complete or not page or page[0].seq == 1:
                     break
                 upper, size = page[0].seq - 1, min(size * 4, _MAX_PAGE)
@@ -523,43 +522,4 @@ class JournalConversationStore(ConversationStore):
         for stored in chain:
             assert stored.entry is not None
             self._where[stored.entry["id"]] = (session_id, stored.first_seq, stored.last_seq)
-        return _entries(chain)
-
-
-def _record_payload(
-    record: ConversationRecord, where: dict[str, list[int]] | None = None
-) -> dict[str, Any]:
-    return {"record": _RECORDS.dump_python(record, mode="json"), "where": where or {}}
-
-
-def _ours(session: Session) -> bool:
-    return session.metadata.get("integration") == _INTEGRATION
-
-
-def _chain(
-    stored: list[StoredMessage], head_id: str, limit: int | None
-) -> tuple[list[StoredMessage], bool]:
-    """The entries from `head_id` back through their parents (at most `limit`), oldest first,
-    and whether that is all of them (the first entry reached, or `limit`)."""
-    by_id = {s.entry["id"]: s for s in stored if s.entry is not None and "id" in s.entry}
-    chain: list[StoredMessage] = []
-    entry_id: str | None = head_id
-    while entry_id is not None and (limit is None or len(chain) < limit):
-        found = by_id.get(entry_id)
-        if found is None:
-            return chain[::-1], False
-        chain.append(found)
-        assert found.entry is not None
-        entry_id = found.entry.get("parent")
-    return chain[::-1], True
-
-
-def _entries(stored: list[StoredMessage]) -> list[ConversationEntry]:
-    messages = load_messages([s.message for s in stored])
-    entries = []
-    for s, message in zip(stored, messages, strict=True):
-        assert s.entry is not None
-        entries.append(
-            ConversationEntry(id=s.entry["id"], parent_id=s.entry.get("parent"), message=message)
-        )
-    return entries
+        return entries_of(chain)

@@ -18,7 +18,12 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from agentjournal.errors import Conflict, JournalError
 from agentjournal.journal import Journal
-from agentjournal.otel.exporter import ExportFailed, FeedExporter, exporter_resource
+from agentjournal.otel.exporter import (
+    ExportFailed,
+    FeedExporter,
+    check_positive,
+    exporter_resource,
+)
 
 __all__ = ["BackgroundExport"]
 
@@ -39,6 +44,7 @@ class BackgroundExport:
         interval: float = 1.0,
         service_name: str = "agentjournal",
     ) -> None:
+        check_positive("interval", interval)  # zero would pass over the feeds without a pause
         self.journal = journal
         self.span_exporter = span_exporter
         self.name = name

@@ -65,6 +65,7 @@ class CheckpointStore:
         self.name = check_id(name, "exporter name")
         self.session_id = check_id(SESSION_PREFIX + name, "exporter name")
         self._seq: int | None = None
+        self._checked = False  # the session was seen to be this exporter's
 
     @property
     def seq(self) -> int | None:
@@ -72,8 +73,18 @@ class CheckpointStore:
         return self._seq
 
     def load(self) -> Checkpoint:
-        """The last checkpoint written (creating the session on first use)."""
+        """The last checkpoint written (creating the session on first use). A session of that
+        id that is not this exporter's (session ids are the caller's to choose) is refused,
+        `InvalidArgument`, and nothing is written to it."""
         try:
+            if not self._checked:
+                metadata = self.journal.get_session(self.session_id).metadata
+                if metadata.get("otel_exporter") != self.name:
+                    raise InvalidArgument(
+                        f"session {self.session_id!r} is not the checkpoint of the exporter"
+                        f" {self.name!r}: name the exporter otherwise (--name)"
+                    )
+                self._checked = True
             last = self.journal.events(self.session_id, last=1)
         except SessionNotFound:
             # Created with a key: two exporters starting at once both get the one session.
@@ -84,6 +95,7 @@ class CheckpointStore:
                 idempotency_key=self.session_id,
             )
             last = self.journal.events(self.session_id, last=1)
+            self._checked = True
         self._seq = last[-1].seq
         if not last or last[-1].type != CHECKPOINT_TYPE:
             return Checkpoint()

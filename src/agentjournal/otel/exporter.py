@@ -23,7 +23,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.schemas import Schemas
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agentjournal.errors import JournalError, SessionNotFound, StorageError
+from agentjournal.errors import InvalidArgument, JournalError, SessionNotFound, StorageError
 from agentjournal.events import Event
 from agentjournal.journal import MAX_PAGE, Journal
 from agentjournal.otel.checkpoint import SESSION_PREFIX, Checkpoint, CheckpointStore
@@ -108,6 +108,8 @@ class FeedExporter:
         retry_seconds: float = 1.0,
         checkpoints: Journal | None = None,
     ) -> None:
+        check_positive("page_size", page_size, whole=True)
+        check_positive("retry_seconds", retry_seconds)
         self.journal = journal
         self.span_exporter = span_exporter
         # The checkpoint lives in the journal exported, unless that one cannot be written (a
@@ -140,6 +142,7 @@ class FeedExporter:
         `stop` is set). Every batch the receiver confirmed is followed by a checkpoint.
         `ExportFailed` if a batch cannot be delivered (when following, it is retried every
         `retry_seconds` until it is, or until `stop`)."""
+        check_positive("poll_interval", poll_interval)
         stop = stop if stop is not None else threading.Event()
         checkpoint = self.store.load()
         if self._synced is None or self._synced != self.store.seq:
@@ -322,3 +325,11 @@ class FeedExporter:
             if self._info(task.session_id) is not None:
                 fold = self._folds.setdefault(task.session_id, SessionFold(task.session_id))
                 fold.tasks[task.task_id] = task
+
+
+def check_positive(name: str, value: object, *, whole: bool = False) -> None:
+    """Options are checked before anything is written (the checkpoint's session included)."""
+    kinds = int if whole else int | float
+    if not isinstance(value, kinds) or isinstance(value, bool) or not value > 0:
+        wanted = "a positive whole number" if whole else "a positive number of seconds"
+        raise InvalidArgument(f"{name} must be {wanted}, not {value!r}")

@@ -234,7 +234,9 @@ class Agent:
                     again = tool is not None and tool.idempotent
                 if again:
                     content, is_error = self._run_tool(
-                        session_id, call.call_id, call.name, call.arguments
+                        Invocation(session_id, call.call_id, journal.tenant),
+                        call.name,
+                        call.arguments,
                     )
                 else:
                     content, is_error = INTERRUPTED, True
@@ -307,9 +309,8 @@ class Agent:
             ]
             turn.append_many(batch)
             for call in calls:
-                content, is_error = self._run_tool(
-                    turn.session_id, call.call_id, call.name, call.arguments
-                )
+                invocation = Invocation(turn.session_id, call.call_id, turn.journal.tenant)
+                content, is_error = self._run_tool(invocation, call.name, call.arguments)
                 turn.append("tool_result", _result(call.call_id, content, is_error))
         return turn.finish(
             f"(stopped after {self.max_steps} model calls without a final answer)", usage
@@ -331,9 +332,11 @@ class Agent:
             raise ModelError(f"the model returned {type(reply).__name__}, not a ModelReply")
         return reply
 
-    def _run_tool(
-        self, session_id: str, call_id: str, name: str, arguments: str
-    ) -> tuple[str, bool]:
+    def _run_tool(self, invocation: Invocation, name: str, arguments: str) -> tuple[str, bool]:
+        content, is_error = self._call_tool(invocation, name, arguments)
+        return _storable(content), is_error
+
+    def _call_tool(self, invocation: Invocation, name: str, arguments: str) -> tuple[str, bool]:
         tool = self.offered_tools().get(name)
         if tool is None:
             why = None if self._mcp is None else self._mcp.missing(name)
@@ -347,7 +350,7 @@ class Agent:
         except ValueError as exc:
             return f"{ERROR_PREFIX}bad arguments for {name}: {exc}", True
         try:
-            result = tool.function(parsed, Invocation(session_id, call_id))
+            result = tool.function(parsed, invocation)
         except ToolFailed as exc:
             return f"{ERROR_PREFIX}{exc}", True
         except Exception as exc:  # the tool's failure is the model's to handle
@@ -373,6 +376,17 @@ def _fresh_ids(
             call_id = f"{call.call_id}_{n}"
         fresh.append(replace(call, call_id=call_id))
     return fresh
+
+
+def _storable(text: str) -> str:
+    """A tool's result as the journal stores it: U+0000 and lone surrogates, which a tool (an MCP
+    server, an API) may send and the journal refuses, become U+FFFD rather than cut the turn."""
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 def _result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:

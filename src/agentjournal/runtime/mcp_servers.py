@@ -21,7 +21,8 @@ __all__ = ["MCPServer", "load_mcp_servers"]
 
 # A server's name is the first part of its tools' names as the model sees them
 # (`{server}__{tool}`), so it keeps to the characters every model API accepts in a tool name,
-# and it has no `__` of its own: a tool name has exactly one server it can belong to.
+# and it has no `__` of its own and does not end in `_` (`a_` + `__` + `x` is `a` + `__` + `_x`):
+# a tool name has exactly one server it can belong to, the part before its first `__`.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _KEYS = {
@@ -67,10 +68,11 @@ class MCPServer:
     start_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name) or "__" in self.name:
+        name = self.name
+        if not isinstance(name, str) or not _NAME.match(name) or "__" in name or name[-1] == "_":
             raise InvalidArgument(
-                f"MCP server name {self.name!r}: 1 to 32 letters, digits, '_' or '-', without"
-                " '__' (it prefixes its tools' names)"
+                f"MCP server name {name!r}: 1 to 32 letters, digits, '_' or '-', without"
+                " '__' and not ending in '_' (it prefixes its tools' names)"
             )
         where = f"MCP server {self.name!r}"
         if (self.command is None) == (self.url is None):
@@ -155,6 +157,8 @@ def _from_entry(name: str, entry: Any) -> MCPServer | None:
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise InvalidArgument(f"{where}: unknown keys {unknown} (known: {sorted(_KEYS)})")
+    if not isinstance(entry.get("disabled", False), bool):
+        raise InvalidArgument(f"{where}: disabled must be true or false")
     if entry.get("disabled") is True:
         return None
     kind = entry.get("type", "http" if "url" in entry else "stdio")
@@ -165,8 +169,6 @@ def _from_entry(name: str, entry: Any) -> MCPServer | None:
     if (kind == "stdio") != ("command" in entry):
         raise InvalidArgument(f"{where}: a stdio server has a command, an http one a url")
     options = {key: value for key, value in entry.items() if key not in ("type", "disabled")}
-    if isinstance(options.get("idempotent"), list):
-        options["idempotent"] = frozenset(options["idempotent"])
     try:
         return MCPServer(name, **options)
     except TypeError as exc:  # a key given a value of the wrong kind that the checks missed

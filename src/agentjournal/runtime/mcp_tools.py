@@ -284,7 +284,7 @@ class MCPTools:
     ) -> str:
         connection = self._connections.get(server.name)
         if connection is None or connection.client is None:
-            self._drop(server.name)
+            self._drop(server.name, connection)
             raise ToolFailed(f"MCP server {server.name!r} is not connected; try again later")
         future = asyncio.run_coroutine_threadsafe(
             connection.call(tool, arguments, invocation.key), _mcp_loop()
@@ -302,13 +302,13 @@ class MCPTools:
                     f"MCP server {server.name!r} refused {tool}: {exc.message}"
                 ) from exc
             if exc.code == types.CONNECTION_CLOSED:
-                self._drop(server.name)
+                self._drop(server.name, connection)
             raise ToolFailed(
                 f"MCP server {server.name!r} failed during {tool}: {exc.message}"
                 " (it may or may not have taken effect)"
             ) from exc
         except Exception as exc:  # the transport broke: the server may have done the work
-            self._drop(server.name)
+            self._drop(server.name, connection)
             raise ToolFailed(
                 f"MCP server {server.name!r} failed during {tool}: {_describe(exc, server)}"
                 " (it may or may not have taken effect)"
@@ -318,10 +318,13 @@ class MCPTools:
             raise ToolFailed(text or f"{tool} failed (the server gave no reason)")
         return text
 
-    def _drop(self, name: str) -> None:
-        """Forget a broken connection; the next listing connects again."""
+    def _drop(self, name: str, connection: _Connection | None) -> None:
+        """Forget a broken connection; the next listing connects again. Only if it is still the
+        server's: a call that failed on a connection dropped before (calls in flight on it fail
+        when it closes) must not drop the one that replaced it."""
         with self._lock:
-            self._forget(name)
+            if self._connections.get(name) is connection:
+                self._forget(name)
 
     def _forget(self, name: str) -> None:
         self._offered.pop(name, None)

@@ -16,14 +16,19 @@ __all__ = ["Invocation", "ModelReply", "RequestedCall", "Tool", "ToolFailed", "T
 @dataclass(frozen=True, slots=True)
 class Invocation:
     """One run of a tool. `key` is stable across retries of the same call: hand it to the API the
-    tool calls (as its idempotency key) and the tool may safely be declared idempotent."""
+    tool calls (as its idempotency key) and the tool may safely be declared idempotent. A session
+    is (tenant, id), so outside the default tenant the key names the tenant too
+    (`<tenant>/<session id>:<call id>`; `/` is in no id): two tenants' sessions of one id never
+    share a key."""
 
     session_id: str
     call_id: str
+    tenant: str = "default"
 
     @property
     def key(self) -> str:
-        return f"{self.session_id}:{self.call_id}"
+        call = f"{self.session_id}:{self.call_id}"
+        return call if self.tenant == "default" else f"{self.tenant}/{call}"
 
 
 @dataclass(frozen=True, slots=True)
