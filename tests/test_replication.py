@@ -17,8 +17,8 @@ import pytest
 
 from agentjournal import Journal, ReplicationReport, replicate
 from agentjournal.backends import ReplicatedSession
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
-from agentjournal.replication import BatchReport, SourceDiverged, _Replicator
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, SourceDiverged
+from agentjournal.replication import BatchReport, _Replicator
 from agentjournal.replication_apply import ReplicationBatch
 from agentjournal.transfer import committed_events
 from expected import settled_feed, settled_purges

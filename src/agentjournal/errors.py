@@ -8,6 +8,7 @@
     │   └── CorruptLine                     an import line that cannot be a journal's
     ├── PayloadTooLarge      (ValueError)   payload over the configured limit       HTTP 413
     ├── Conflict                            expected_seq, idempotency, reused ids   HTTP 409
+    │   └── SourceDiverged                  a replication source's history changed
     ├── UnknownToolCall      (LookupError)  tool_result for no open tool_call       HTTP 409
     ├── SessionClosed                       append to a deleted session             HTTP 409
     ├── ContextTooLarge      (ValueError)   not even the newest turn fits           HTTP 422
@@ -36,6 +37,7 @@ __all__ = [
     "SearchUnavailable",
     "SessionClosed",
     "SessionNotFound",
+    "SourceDiverged",
     "StorageError",
     "TaskNotFound",
     "TurnAbandoned",
@@ -98,6 +100,13 @@ class PayloadTooLarge(JournalError, ValueError):
 
 class Conflict(JournalError):
     """The append contradicts what the journal already holds (seq, key or id already taken)."""
+
+
+class SourceDiverged(Conflict):
+    """A replication source's history is not the one the target applied: a copy of the source
+    that went its own way, or the source restored from an older backup (same source id,
+    different or fewer events). Replicating on would skip events silently; nothing was
+    written."""
 
 
 class UnknownToolCall(JournalError, LookupError):

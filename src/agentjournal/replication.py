@@ -30,17 +30,17 @@ from typing import Any, Final
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
 from agentjournal.backends import ReplicationProgress
 from agentjournal.errors import (
-    Conflict,
     InvalidArgument,
     JournalError,
     SessionNotFound,
+    SourceDiverged,
     StorageError,
 )
 from agentjournal.events import Event, PreparedEvent, prepare
 from agentjournal.journal import Journal
 from agentjournal.replication_apply import BatchReport, Moved, ReplicationBatch
 
-__all__ = ["BatchReport", "ReplicationReport", "SourceDiverged", "replicate"]
+__all__ = ["BatchReport", "ReplicationReport", "replicate"]
 
 DEFAULT_BATCH: Final = 500
 MAX_BATCH: Final = MAX_PAGE
@@ -49,12 +49,6 @@ BACKOFF_FIRST: Final = 0.1  # seconds before the first retry after a failed roun
 BACKOFF_MAX: Final = 30.0
 CATCH_UP_ATTEMPTS: Final = 6  # failed rounds in a row before catch-up gives up
 HISTORY_CHECKED: Final = 100  # the target's most recently active sessions checked at start
-
-
-class SourceDiverged(Conflict):
-    """The source's history is not the one the target applied: a copy of the source that went
-    its own way, or the source restored from an older backup (same source id, different or
-    fewer events). Replicating on would skip events silently; nothing was written."""
 
 
 @dataclass
