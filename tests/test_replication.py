@@ -340,6 +340,31 @@ def test_a_late_batch_read_before_a_purge_does_not_outlive_it(
     assert target.verify().ok
 
 
+def test_catch_up_follows_a_purge_an_older_transaction_holds_back(tmp_path: Path) -> None:
+    import psycopg
+
+    from postgres_fixtures import ADMIN_URL
+
+    with fresh_schema("held") as schema, Journal.open(url_for(schema)) as source:
+        sid = source.create_session("purged while held").session_id
+        target_path = tmp_path / "target.db"
+        replicate(source, target_path)
+        with psycopg.connect(ADMIN_URL) as older:
+            older.execute("SELECT pg_current_xact_id()")  # an open transaction with an id
+            source.purge_session(sid)
+            # Committed, yet not shown until `older` ends; its head says it is there.
+            assert source.purges() == []
+            assert source.purge_head() is not None
+            # Catch-up waits for it: `older` ends half a second into the call.
+            ending = threading.Timer(0.5, older.rollback)
+            ending.start()
+            report = replicate(source, target_path)
+            ending.join()
+        assert (report.purged, report.purges_followed) == ([sid], 1)
+        with Journal.open(target_path) as target, pytest.raises(SessionNotFound):
+            target.get_session(sid)
+
+
 def test_replicating_a_database_into_itself_is_refused(source: Journal) -> None:
     with pytest.raises(InvalidArgument, match="same database"):
         replicate(source, source)
@@ -389,6 +414,9 @@ def test_the_purge_audit_reads_in_commit_order_and_resumes(source: Journal) -> N
     assert [p.session_id for p in first + rest] == ids
     assert {(p.purged_by, p.event_count) for p in first + rest} == {("ops", 1)}
     assert source.purges(after=rest[-1].position) == []
+    assert source.purge_head() == rest[-1].position
+    assert source.purge_head(after=first[-1].position) == rest[-1].position
+    assert source.purge_head(after=rest[-1].position) is None
 
 
 def test_a_batch_the_database_refuses_is_narrowed_to_its_session(

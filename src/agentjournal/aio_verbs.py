@@ -309,6 +309,12 @@ class AsyncVerbs:
         the last position seen gives every purge once."""
         return await self._run(self.journal.purges, after=after, limit=limit)
 
+    async def purge_head(self, *, after: str | None = None) -> str | None:
+        """The position of the tenant's newest committed purge after `after` (None if none):
+        on PostgreSQL `purges` may not show it yet, as the feed holds back a commit until every
+        older transaction ended."""
+        return await self._run(self.journal.purge_head, after=after)
+
     async def replication_status(self) -> list[ReplicationProgress]:
         """How far every source replicating into this tenant has been applied: its position,
         its last purge followed, the events read so far and when it last applied a batch."""

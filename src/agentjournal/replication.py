@@ -48,6 +48,10 @@ HELD_BACK_WAIT: Final = 30.0  # seconds catch-up waits for a PostgreSQL feed hel
 BACKOFF_FIRST: Final = 0.1  # seconds before the first retry after a failed round
 BACKOFF_MAX: Final = 30.0
 CATCH_UP_ATTEMPTS: Final = 6  # failed rounds in a row before catch-up gives up
+HELD_BACK: Final = (
+    "the source's feed is held back by a long transaction: events or purges are committed that"
+    " it does not show yet; end it and run again"
+)
 HISTORY_CHECKED: Final = 100  # the target's most recently active sessions checked at start
 
 
@@ -171,8 +175,8 @@ class _Replicator:
         # Catch-up ends once it has applied everything committed before it began (or the
         # feed holds nothing more): not at the first short page, which on PostgreSQL may only
         # mean that an older transaction, anywhere in the database, holds the feed back.
-        head = self.source.feed_head()
-        goal = None if head is None else self.source.position_key(head)
+        # The same for purges: one committed before the call is followed before it returns.
+        goals = [self.source.feed_head(), self.source.purge_head()]
         failures = 0
         held_back_since: float | None = None
         while not stop.is_set():
@@ -215,10 +219,8 @@ class _Replicator:
                     on_batch(batch)
                 if not batch.caught_up:
                     continue
-            if not follow:
-                reached = goal is None or self.source.position_key(self.report.position) >= goal
-                if reached or not more:
-                    break
+            if not follow and (self.reached(goals) or not more):
+                break
             if more:
                 if batch is None:
                     # Nothing shown, yet more is committed: PostgreSQL shows an event in the
@@ -226,14 +228,20 @@ class _Replicator:
                     now = time.monotonic()
                     held_back_since = held_back_since or now
                     if not follow and now - held_back_since > HELD_BACK_WAIT:
-                        raise StorageError(
-                            "the source's feed is held back by a long transaction: events are"
-                            " committed that it does not show yet; end it and run again"
-                        )
+                        raise StorageError(HELD_BACK)
                     stop.wait(0.02)
                 continue
             signal.wait(seen, poll_interval)
         return self.report
+
+    def reached(self, goals: list[str | None]) -> bool:
+        """Whether the target applied the feed up to `goals[0]` and purges up to `goals[1]`."""
+        progress = self.progress()
+        key = self.source.position_key
+        return all(
+            goal is None or (done != "" and key(done) >= key(goal))
+            for goal, done in zip(goals, (progress.position, progress.purge_position), strict=True)
+        )
 
     def check_history(self, expected: ReplicationProgress) -> None:
         """Refuse a source whose history is not what the target applied of it: the target's
@@ -252,7 +260,7 @@ class _Replicator:
         if not mine:
             return
         purge_after = expected.purge_position or None
-        pending = {p.session_id for p in self.source.purges(after=purge_after, limit=MAX_BATCH)}
+        pending: set[str] = set()
         head = self.source.feed_head()
         applied = self.source.position_key(expected.position)
         behind = head is None or self.source.position_key(head) < applied
@@ -264,8 +272,7 @@ class _Replicator:
                 # Purged at the source and not followed yet (read again: it may be a purge
                 # committed since), or, with a feed ending early, lost with an old backup.
                 if sid not in pending:
-                    later = self.source.purges(after=purge_after, limit=MAX_BATCH)
-                    pending.update(p.session_id for p in later)
+                    pending = self.purged_since(purge_after)
                 if sid in pending or not behind:
                     continue
                 missing = f"session {sid} is in the target but not in the source"
@@ -284,6 +291,24 @@ class _Replicator:
                     f" {session.last_seq} in the target, and the source's feed ends before the"
                     " position the target applied"
                 )
+
+    def purged_since(self, after: str | None) -> set[str]:
+        """The sessions the source purged after the purge position `after`, once it shows every
+        purge committed by now (PostgreSQL holds one back while an older transaction runs)."""
+        goal = self.source.purge_head(after=after)
+        key = self.source.position_key
+        deadline = time.monotonic() + HELD_BACK_WAIT
+        while True:
+            shown: list[str] = []
+            cursor = after
+            while page := self.source.purges(after=cursor, limit=MAX_BATCH):
+                shown += [p.session_id for p in page]
+                cursor = page[-1].position
+            if goal is None or (cursor and key(cursor) >= key(goal)):
+                return set(shown)
+            if time.monotonic() > deadline:
+                raise StorageError(HELD_BACK)
+            time.sleep(0.02)
 
     def diverged(self, what: str) -> SourceDiverged:
         return SourceDiverged(
@@ -304,7 +329,7 @@ class _Replicator:
         # the next round's), and is applied after them.
         purges = self.source.purges(after=expected.purge_position or None, limit=MAX_BATCH)
         if not page and not purges:
-            return None, self.source.feed_head(after=expected.position or None) is not None
+            return None, self.holds_more(expected.position, expected.purge_position)
         prepared = [self.prepare(event) for event in page]
         culprit = self.narrowing.get("culprit")
         if culprit is not None and page:
@@ -316,10 +341,17 @@ class _Replicator:
         if self.narrowing.get("left"):
             left = 0 if culprit is not None else self.narrowing["left"] - len(page)
             self.narrowing.update(left=left, culprit=None)
-        more = not report.caught_up or (
-            self.source.feed_head(after=report.position or None) is not None
-        )
+        purge_position = purges[-1].position if purges else expected.purge_position
+        more = not report.caught_up or self.holds_more(report.position, purge_position)
         return report, more
+
+    def holds_more(self, position: str, purge_position: str) -> bool:
+        """Whether the source committed events or purges after these positions (shown yet or,
+        on PostgreSQL, held back by an older transaction)."""
+        return (
+            self.source.feed_head(after=position or None) is not None
+            or self.source.purge_head(after=purge_position or None) is not None
+        )
 
     def prepare(self, event: Event) -> PreparedEvent | JournalError:
         try:

@@ -21,8 +21,8 @@ FATES = ("ok", "conflict", "stopped", "purged")
 
 
 class ReplicationVerbs(TaskVerbs):
-    """source_id, purges, replication_status, replicated_sessions, apply_replication_batch:
-    the replication verbs `Journal` inherits."""
+    """source_id, purges, purge_head, replication_status, replicated_sessions,
+    apply_replication_batch: the replication verbs `Journal` inherits."""
 
     def source_id(self) -> str:
         """This database's stable id as a replication source: made once, by the migration that
@@ -37,6 +37,14 @@ class ReplicationVerbs(TaskVerbs):
         if after is not None and not isinstance(after, str):
             raise InvalidArgument(f"after must be a purge position, got {after!r:.40}")
         return self.storage.purges(self.tenant, after or None, limit)
+
+    def purge_head(self, *, after: str | None = None) -> str | None:
+        """The position of the tenant's newest committed purge after `after` (None if none):
+        on PostgreSQL `purges` may not show it yet, as the feed holds back a commit until every
+        older transaction ended."""
+        if after is not None and not isinstance(after, str):
+            raise InvalidArgument(f"after must be a purge position, got {after!r:.40}")
+        return self.storage.purge_head(self.tenant, after or None)
 
     def replication_status(self) -> list[ReplicationProgress]:
         """How far every source replicating into this tenant has been applied: its position,

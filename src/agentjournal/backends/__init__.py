@@ -309,6 +309,10 @@ class Storage(Protocol):
         """The tenant's purges after the purge position `after`, in commit order: like
         `events_all`, every committed purge once, none skipped by one that commits late."""
 
+    def purge_head(self, tenant: str, after: str | None) -> str | None:
+        """The position of the tenant's newest committed purge, shown by `purges` or not yet
+        (as `feed_head` for events); None if it has none after `after`."""
+
     def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
         """The progress records of every source replicating into `tenant` (None: every
         tenant), by source id."""

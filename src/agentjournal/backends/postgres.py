@@ -848,6 +848,16 @@ class PostgresStorage:
             for row in rows
         ]
 
+    def purge_head(self, tenant: str, after: str | None) -> str | None:
+        tx, purge_id = decode_position(after)
+        rows = self._read(
+            tenant,
+            "SELECT tx::text, purge_id FROM purge_audit WHERE tenant = %s AND pending IS NULL"
+            " AND (tx, purge_id) > (%s::text::xid8, %s) ORDER BY tx DESC, purge_id DESC LIMIT 1",
+            (tenant, str(tx), purge_id),
+        )
+        return encode_position(int(rows[0][0]), rows[0][1]) if rows else None
+
     def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
         rows = self._read(
             tenant,

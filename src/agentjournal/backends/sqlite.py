@@ -554,6 +554,14 @@ class SQLiteStorage:
         )
         return [PurgeRecord(str(row[0]), *row[1:]) for row in rows]
 
+    def purge_head(self, tenant: str, after: str | None) -> str | None:
+        rows = self._read(
+            "SELECT max(purge_id) FROM purge_audit"
+            " WHERE tenant = ? AND purge_id > ? AND pending IS NULL",
+            (tenant, position_number(after)),
+        )
+        return None if rows[0][0] is None else str(rows[0][0])
+
     def replication_status(self, tenant: str | None) -> list[ReplicationProgress]:
         rows = self._read(
             f"SELECT {PROGRESS_COLUMNS} FROM replication_progress"
