@@ -268,6 +268,7 @@ ALLOWED: dict[str, set[str]] = {
         "events",
         "integrations.adk_events",
         "integrations.adk_store",
+        "integrations.worker",
         "journal",
     },
     # The MCP server sits on the library's face; its transports serve it over stdio and HTTP.

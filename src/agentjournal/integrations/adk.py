@@ -48,6 +48,7 @@ from agentjournal.integrations.adk_events import (
     journal_id,
     session_metadata,
 )
+from agentjournal.integrations.worker import in_worker, journals
 from agentjournal.journal import Durability, Journal
 
 __all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
@@ -74,13 +75,7 @@ class JournalSessionService(BaseSessionService):
     """
 
     def __init__(self, journal: Journal | AsyncJournal) -> None:
-        if isinstance(journal, AsyncJournal):
-            self.journal = journal.journal
-            self._async: AsyncJournal | None = journal
-        elif isinstance(journal, Journal):
-            self.journal, self._async = journal, None
-        else:
-            raise InvalidArgument("journal must be a Journal or an AsyncJournal")
+        self.journal, self._async = journals(journal)
         self._owned = False
         # journal session id -> its append lock and how many appends hold or wait for it
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
@@ -171,9 +166,7 @@ class JournalSessionService(BaseSessionService):
     # -- the work, in a worker thread -------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._async is not None:
-            return await self._async._run(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await in_worker(self._async, fn, *args)
 
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:
