@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import astuple
 from typing import Any, Final
 
 import psycopg
@@ -751,15 +752,7 @@ class PostgresTx:
             " ON CONFLICT (source_id, source_tenant, tenant) DO UPDATE SET"
             " position = EXCLUDED.position, purge_position = EXCLUDED.purge_position,"
             " events = EXCLUDED.events, updated_at = EXCLUDED.updated_at",
-            (
-                progress.source_id,
-                progress.source_tenant,
-                progress.tenant,
-                progress.position,
-                progress.purge_position,
-                progress.events,
-                progress.updated_at,
-            ),
+            astuple(progress),  # its fields in PROGRESS_COLUMNS' order
         )
 
     def replicated_sessions(

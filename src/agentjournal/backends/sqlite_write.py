@@ -7,6 +7,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import astuple
 from functools import cache
 from itertools import chain
 from typing import Any, Final
@@ -549,15 +550,7 @@ class SQLiteTx:
         self.conn.execute(
             f"INSERT OR REPLACE INTO replication_progress ({PROGRESS_COLUMNS})"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                progress.source_id,
-                progress.source_tenant,
-                progress.tenant,
-                progress.position,
-                progress.purge_position,
-                progress.events,
-                progress.updated_at,
-            ),
+            astuple(progress),  # its fields in PROGRESS_COLUMNS' order
         )
 
     def replicated_sessions(
