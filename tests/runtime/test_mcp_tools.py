@@ -7,7 +7,9 @@ not start, a huge result) is an error result the model reads while the turn goes
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -365,4 +367,78 @@ def test_a_late_failure_on_a_dropped_connection_leaves_the_new_one_up(tmp_path: 
         # A call of that turn goes to the new connection, which is still up.
         assert "in_stock" in lookup.function({"sku": "x"}, Invocation("s", "c2"))
     finally:
+        mcp.close()
+
+
+class Unanswering:
+    """A TCP server on loopback that hangs up on its first connection (a start that fails at
+    once) and holds every later one open without answering (a start that hangs)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mcp"
+        self.held: list[socket.socket] = []
+        self.holding = threading.Event()  # a later connection sent its request and waits
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        first = True
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if first:
+                first = False
+                conn.close()
+                continue
+            self.held.append(conn)
+            if conn.recv(65536):
+                self.holding.set()
+
+    def still_held(self) -> bool:
+        """Whether every held connection is still open at the client's end."""
+        for conn in self.held:
+            conn.setblocking(False)
+            try:
+                if conn.recv(65536) == b"":
+                    return False
+            except BlockingIOError:
+                pass
+            finally:
+                conn.setblocking(True)
+        return bool(self.held)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_server_tried_again_holds_up_no_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose start failed is started again in the background: while that start hangs
+    (up to its `start_timeout`), every turn lists the other servers' tools at once."""
+    from agentjournal.runtime import mcp_tools
+
+    monkeypatch.setattr(mcp_tools, "RETRY_SECONDS", 0.0)
+    hanging = Unanswering()
+    mcp = mcp_tools.MCPTools(
+        [ledger_server(tmp_path / "ledger"), MCPServer("flaky", url=hanging.url, start_timeout=120)]
+    )
+    try:
+        first = mcp.tools()  # waits for both first starts: the ledger is up, flaky hung up
+        assert "ledger__lookup" in first
+        assert not [name for name in first if name.startswith("flaky")]
+        assert (mcp.missing("flaky__anything") or "").startswith("MCP server 'flaky' is not avail")
+        assert mcp.tools() == first  # starts flaky again, and does not wait for it
+        assert hanging.holding.wait(60)  # that start is under way: it sent its request
+        with ThreadPoolExecutor(4) as pool:  # turns on other threads meanwhile
+            listed = list(pool.map(lambda _: mcp.tools(), range(4)))
+        assert listed == [first] * 4
+        assert hanging.still_held()  # none of them waited for the start to give up
+    finally:
+        hanging.close()
         mcp.close()

@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,6 +202,9 @@ class MCPTools:
         self._connections: dict[str, _Connection] = {}
         self._offered: dict[str, _Offered] = {}
         self._failed: dict[str, tuple[float, str]] = {}  # name -> (when, why) it did not start
+        self._start_failed: set[str] = set()  # servers whose latest start failed
+        self._starting: dict[str, Future[None]] = {}  # name -> the start in progress
+        self._closed = False
         self.add(servers)
 
     def add(self, servers: Sequence[MCPServer]) -> None:
@@ -219,23 +223,36 @@ class MCPTools:
         return list(self._servers.values())
 
     def tools(self) -> dict[str, Tool]:
-        """Every tool of every server that is up, by the name the model calls it; servers not
-        connected yet are started first (at once, each within its `start_timeout`)."""
+        """Every tool of every server that is up, by the name the model calls it. Servers not
+        connected yet are started first (at once, each within its `start_timeout`), and this
+        waits for them, so that a first turn offers every tool. A server whose latest start
+        failed is tried again in the background instead: its tools come back on a later turn,
+        and no turn waits for a server that may never answer."""
         with self._lock:
             for name in list(self._offered):  # a server that ended since: start it again
                 connection = self._connections.get(name)
                 if connection is None or connection.client is None:
                     self._forget(name)
             now = time.monotonic()
-            waiting = [
+            due = [
                 server
                 for name, server in self._servers.items()
                 if name not in self._offered
+                and name not in self._starting
                 and now - self._failed.get(name, (-RETRY_SECONDS, ""))[0] >= RETRY_SECONDS
             ]
-            if waiting:
-                future = asyncio.run_coroutine_threadsafe(self._open(waiting), _mcp_loop())
-                future.result()
+            if due and not self._closed:
+                start = asyncio.run_coroutine_threadsafe(self._open(due), _mcp_loop())
+                self._starting.update((server.name, start) for server in due)
+            # Starts made by a turn on another thread are waited for too: a server is started
+            # once, however many turns list the tools at the same moment.
+            awaited = {
+                start for name, start in self._starting.items() if name not in self._start_failed
+            }
+        # Not under the lock: every other turn of the agent lists the tools too, and a start
+        # takes up to its server's `start_timeout`.
+        wait(awaited)
+        with self._lock:
             found: dict[str, Tool] = {}
             for offered in self._offered.values():
                 for name, tool in offered.tools.items():
@@ -247,20 +264,39 @@ class MCPTools:
             connection = _Connection(server)
             try:
                 listed = await connection.open()
-            except Exception as exc:
-                why = _describe(exc, server)
+                tools = {tool.name: tool for tool in (self._adapt(server, t) for t in listed)}
+            except BaseException as exc:
+                why = _describe(exc, server) if isinstance(exc, Exception) else "it was cancelled"
                 log.warning("MCP server %r did not start: %s", server.name, why)
-                self._failed[server.name] = (time.monotonic(), why)
+                await connection.close()
+                self._started(server.name, why)
+                if not isinstance(exc, Exception):
+                    raise
                 return
-            self._failed.pop(server.name, None)
-            self._connections[server.name] = connection
-            tools = {}
-            for listed_tool in listed:
-                tool = self._adapt(server, listed_tool)
-                tools[tool.name] = tool
-            self._offered[server.name] = _Offered(server, tools)
+            if not self._started(server.name, _Offered(server, tools), connection):
+                await connection.close()  # the tools were closed while it started
 
         await asyncio.gather(*(one(server) for server in servers))
+
+    def _started(
+        self, name: str, outcome: _Offered | str, connection: _Connection | None = None
+    ) -> bool:
+        """Record how a start ended: the tools offered, or why not. False if it came too late,
+        after `close`: the caller closes the connection."""
+        with self._lock:
+            del self._starting[name]
+            if isinstance(outcome, str):
+                self._failed[name] = (time.monotonic(), outcome)
+                self._start_failed.add(name)
+                return True
+            if self._closed:
+                return False
+            assert connection is not None
+            self._failed.pop(name, None)
+            self._start_failed.discard(name)
+            self._connections[name] = connection
+            self._offered[name] = outcome
+            return True
 
     def _adapt(self, server: MCPServer, listed: types.Tool) -> Tool:
         remote = listed.name
@@ -358,9 +394,12 @@ class MCPTools:
     def close(self) -> None:
         """Stop every server this process started and close every connection."""
         with self._lock:
+            self._closed = True
+            starting = set(self._starting.values())
             connections = list(self._connections.values())
             self._connections.clear()
             self._offered.clear()
+        wait(starting)  # each closes what it connected, seeing the tools closed
         if connections:
 
             async def close_all() -> None:
