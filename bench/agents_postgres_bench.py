@@ -358,10 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = os.getloadavg()
     started = time.perf_counter()
     rounds: dict[str, list[dict[str, Any]]] = {system: [] for system in SYSTEMS}
+    schemas: list[str] = []
     for number in range(args.rounds):
         order = SYSTEMS if number % 2 == 0 else SYSTEMS[::-1]
         for system in order:
             with fresh_schema(args.url) as one, fresh_schema(args.url) as many:
+                schemas += [one, many]
                 result = in_fresh_process(system, args.url, (one, many), plan, args.seed)
             rounds[system].append(result)
     elapsed = time.perf_counter() - started
@@ -411,7 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if facts["bypass_rls"] == "yes"
             else "an ordinary role, so row-level security applies to the journal's statements"
         ),
-        "- every system and workload wrote to a fresh schema of its own, dropped at its end",
+        "- every system and workload wrote to a fresh schema of its own, dropped at its end:"
+        f" {', '.join(schemas)}",
     ]
     print("\n".join(notes))
     return 0
