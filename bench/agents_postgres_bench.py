@@ -1,7 +1,7 @@
 """`JournalSession` on PostgreSQL beside the OpenAI Agents SDK's own `SQLAlchemySession` on the
 same server, in the same run: one conversation, then 16 at once.
 
-    .venv/bin/python bench/agents_postgres_bench.py            # the full run (about two minutes)
+    .venv/bin/python bench/agents_postgres_bench.py            # the full run (3-4 minutes)
     .venv/bin/python bench/agents_postgres_bench.py --quick    # a smoke run (seconds of work)
 
 Three systems, each given the same turns with the SDK's own call, `await session.add_items(items)`,
@@ -153,7 +153,7 @@ class _QuietSuperuser(logging.Filter):
 
 
 class Sessions:
-    """`count` sessions of one system over the schema, and how to close them all."""
+    """The sessions of one system in one schema, and how to close them all."""
 
     def __init__(self, system: str, url: str, schema: str) -> None:
         self.system, self.url, self.schema = system, url, schema
