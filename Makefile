@@ -72,3 +72,7 @@ bench-adk: $(STAMP)  # JournalSessionService beside Google ADK's DatabaseSession
 bench-replication: $(STAMP)  # SQLite -> PostgreSQL catch-up beside export+import, lag; the SIGKILL soak
 	cd bench && ../$(BIN)/python replication_bench.py
 	$(BIN)/python bench/replication_soak.py
+
+.PHONY: bench-agents-postgres
+bench-agents-postgres: $(STAMP)  # JournalSession on PostgreSQL beside the SDK's SQLAlchemySession (--url)
+	$(BIN)/python bench/agents_postgres_bench.py
