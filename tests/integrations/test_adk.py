@@ -22,7 +22,7 @@ from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal
+from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal, PayloadTooLarge
 from agentjournal.integrations.adk import JournalSessionService, from_uri
 from agentjournal.integrations.adk_events import journal_id
 from postgres_fixtures import POOL_RANDOM
@@ -643,3 +643,51 @@ def test_an_event_the_journal_cannot_hold_is_refused_with_nothing_written(
         await service.append_event(session, text_event("user", "fine", at=2.0))
 
     run(go())
+
+
+def all_events(journal: Journal) -> list[Any]:
+    """Every event of the journal's tenant, in feed order."""
+    events: list[Any] = []
+    while True:
+        page = journal.events_all(after=events[-1].position if events else None, limit=1000)
+        events += page
+        if len(page) < 1000:
+            return events
+
+
+@pytest.mark.parametrize(
+    ("session_id", "state"),
+    [
+        ("s\x00", {"app:x": 1, "user:y": 2}),
+        ("\ud800", {"app:x": 1}),
+        ("s" * 1_100_000, {"app:x": 1}),
+        ("s", {"app:x": 1, "k": float("nan")}),
+        ("s", {"user:y": 2, "k": "nul \x00"}),
+        ("s", {"app:x": 1, "k": "x" * 1_100_000}),
+    ],
+    ids=["nul-id", "surrogate-id", "huge-id", "nan-state", "nul-state", "huge-state"],
+)
+def test_a_session_the_journal_cannot_hold_is_refused_with_nothing_written(
+    service: JournalSessionService, journal: Journal, session_id: str, state: dict[str, Any]
+) -> None:
+    # A session id or a session state the journal refuses must not leave the app's or the
+    # user's state changed, nor a name in the directories: the create writes nothing.
+    async def go() -> None:
+        with pytest.raises((InvalidEvent, PayloadTooLarge)):
+            await service.create_session(
+                app_name=APP, user_id=USER, session_id=session_id, state=state
+            )
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        assert (await service.list_sessions(app_name=APP)).sessions == []
+
+    run(go())
+    assert all_events(journal) == []
+
+
+def test_state_keys_must_be_strings(service: JournalSessionService, journal: Journal) -> None:
+    async def go() -> None:
+        with pytest.raises(InvalidArgument):
+            await service.create_session(app_name=APP, user_id=USER, state={1: "one"})  # type: ignore[dict-item]
+
+    run(go())
+    assert all_events(journal) == []

@@ -42,7 +42,9 @@ from google.adk.sessions.state import State
 import agentjournal.integrations.adk_store as store
 from agentjournal.aio import AsyncJournal
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.events import NewEvent
 from agentjournal.integrations.adk_events import (
+    ADK_EVENT,
     call_ids,
     event_batch,
     journal_id,
@@ -114,6 +116,8 @@ class JournalSessionService(BaseSessionService):
         _check_names(app_name, user_id, session_id, optional=("session_id",))
         if state is not None and not isinstance(state, Mapping):
             raise InvalidArgument("state must be a dict")
+        if state is not None and not all(isinstance(key, str) for key in state):
+            raise InvalidArgument("state keys must be strings")
         sid = platform_uuid.new_uuid() if session_id is None else session_id
         deltas = _session_util.extract_json_safe_state_delta(dict(state or {}))
         return await self._call(self._create, app_name, user_id, sid, deltas)
@@ -191,6 +195,11 @@ class JournalSessionService(BaseSessionService):
         jid = journal_id("session", app_name, user_id, sid)
         if store.exists(self.journal, jid):
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        created = platform_time.get_time()
+        metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
+        # What the journal would refuse (an id or a state it cannot hold) is refused before
+        # the first of the writes below: the session's creation holds the names and its state.
+        self.journal.prepare_batch([NewEvent(ADK_EVENT, {"title": sid, "metadata": metadata})])
         # The app's and the user's state change together, before the session exists: a crash
         # in between leaves them changed and the session not created, and creating it again
         # (as ADK callers do after an error) merges the same deltas again and creates it.
@@ -199,8 +208,6 @@ class JournalSessionService(BaseSessionService):
         # Listed before it exists: a crash in between leaves a name that lists nothing (and is
         # skipped), never a session that no list finds.
         store.list_session(self.journal, app_name, user_id, sid)
-        created = platform_time.get_time()
-        metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
         try:
             self.journal.create_session(sid, session_id=jid, metadata=metadata)
         except Conflict:
