@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import pydantic
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationDetails,
@@ -53,7 +54,7 @@ from pydantic_ai.conversation_store import (
 )
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, SessionNotFound
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.events import Event, NewEvent
 from agentjournal.integrations.pydantic_ai import dump_messages
 from agentjournal.integrations.pydantic_ai_events import (
@@ -85,6 +86,7 @@ _ATTEMPTS = 100  # writes lost to other writers of the same session before givin
 _MAX_PAGE = 10_000
 _DETAIL_KEYS = ("title", "metadata")
 _SESSIONS_KEPT = 64
+_DETAILS: pydantic.TypeAdapter[ConversationDetails] = pydantic.TypeAdapter(ConversationDetails)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -381,6 +383,12 @@ class JournalConversationStore(ConversationStore):
         unknown = (set(details) | set(expected)) - set(_DETAIL_KEYS)
         if unknown:
             raise NotImplementedError(f"{type(self).__name__} stores no {sorted(unknown)}")
+        # Checked before anything is written: a title or metadata of another type stored in
+        # `pydantic_ai.details` would make every later read of the record fail.
+        try:
+            _DETAILS.validate_python(details, strict=True)
+        except pydantic.ValidationError as exc:
+            raise InvalidArgument(f"conversation details: {exc}") from None
         for _ in range(_ATTEMPTS):
             state = self._state(conversation_id)
             record = state.record
