@@ -649,3 +649,34 @@ def test_a_delete_cut_short_after_its_first_write_reads_as_deleted(journal: Jour
 
     asyncio.run(run())
     assert journal.get_session("c").status == "deleted"
+
+
+def test_a_conversation_saved_while_a_delete_finishes_is_kept(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `delete` is two writes: `pydantic_ai.deleted` (checked against the revision), then the
+    # session's soft delete. Another client that starts a new conversation of the same id in
+    # between is told it saved: its conversation must load afterwards, not vanish with the
+    # session's soft delete.
+    deleter, other = JournalConversationStore(journal), JournalConversationStore(journal)
+    soft_delete = journal.delete_session
+
+    def save_first_then_delete(session_id: str) -> Any:
+        asyncio.run(other.save(Conversation(conversation_id="c", messages=[_request("新")])))
+        return soft_delete(session_id)
+
+    async def run() -> None:
+        await deleter.save(Conversation(conversation_id="c", messages=[_request("一")]))
+        monkeypatch.setattr(journal, "delete_session", save_first_then_delete)
+        await deleter.delete("c")
+        monkeypatch.undo()
+        for store in (deleter, other, JournalConversationStore(journal)):
+            loaded = await store.load("c")
+            assert loaded is not None
+            assert loaded.messages == [_request("新")]
+            assert [r.conversation_id for r in await store.list_conversations()] == ["c"]
+        loaded.messages.append(_request("再"))
+        await other.save(loaded)
+
+    asyncio.run(run())
+    assert journal.get_session("c").status == "active"

@@ -200,8 +200,10 @@ class JournalConversationStore(ConversationStore):
             session = self.journal.get_session(conversation_id)
         except SessionNotFound:
             return _State(None, None, {})
-        if session.status == "deleted" or not is_conversation(session):
+        if not is_conversation(session):
             return _State(session, None, {})
+        # Its events say whether the conversation is deleted (its newest `pydantic_ai.deleted`
+        # or record), not the session's status: that follows them, a write later.
         details: dict[str, Any] = {}
         before, size = session.last_seq + 1, 8
         while before > 1:
@@ -424,7 +426,7 @@ class JournalConversationStore(ConversationStore):
                 raise ConversationConflict(conversation_id)
             assert state.session is not None
             try:
-                self.journal.append(
+                deleted = self.journal.append(
                     conversation_id,
                     DELETED,
                     {"revision": record.revision},
@@ -434,7 +436,13 @@ class JournalConversationStore(ConversationStore):
                 if self.journal.get_session(conversation_id).last_seq == state.session.last_seq:
                     raise
                 continue
+            # The conversation is deleted (the event says so); the session's soft delete
+            # follows. A new conversation of this id saved in between is kept: its session is
+            # made active again.
             self.journal.delete_session(conversation_id)
+            since = self.journal.events(conversation_id, after=deleted.seq, limit=_MAX_PAGE)
+            if any(event.type == RECORD for event in since):
+                self.journal.update_session(conversation_id, status="active")
             return
         raise ConversationConflict(conversation_id)
 
