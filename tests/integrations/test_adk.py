@@ -24,7 +24,7 @@ from google.genai import types
 
 from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal, PayloadTooLarge
 from agentjournal.integrations.adk import JournalSessionService, from_uri
-from agentjournal.integrations.adk_events import journal_id
+from agentjournal.integrations.adk_events import journal_id, session_metadata
 from postgres_fixtures import POOL_RANDOM
 
 pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
@@ -691,3 +691,61 @@ def test_state_keys_must_be_strings(service: JournalSessionService, journal: Jou
 
     run(go())
     assert all_events(journal) == []
+
+
+def test_a_creation_cut_short_after_its_first_write_is_no_session_until_created_again(
+    service: JournalSessionService, journal: Journal
+) -> None:
+    # `create_session` writes the session, pending, then in one transaction its opening, its
+    # listing and the `app:` and `user:` state it sets. The first write alone (a crash in
+    # between) is no session and changes no state; creating it again finishes it, once.
+    state = {"k": 1, "app:a": 2, "user:u": 3}
+    jid = journal_id("session", APP, USER, "s")
+    metadata = session_metadata(APP, USER, "s", 1.0, {"k": 1})
+    journal.create_session("s", session_id=jid, metadata=metadata)  # the first write only
+
+    async def go() -> None:
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
+        assert (await service.list_sessions(app_name=APP)).sessions == []
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        stray = Session(id="s", app_name=APP, user_id=USER)
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(stray, text_event("user", "hi", at=2.0))
+        with pytest.raises(AlreadyExistsError):  # another creation's, as far as it can tell
+            await service.create_session(app_name=APP, user_id=USER, session_id="s", state={"k": 2})
+        made = await service.create_session(app_name=APP, user_id=USER, session_id="s", state=state)
+        assert made.state == state
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="s", state=state)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None
+        assert (got.state, got.events) == (state, [])
+        assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["s"]
+        await service.append_event(made, text_event("user", "hi", at=2.0))
+
+    run(go())
+
+
+def test_a_creation_whose_shared_state_is_refused_leaves_nothing(journal_url: str) -> None:
+    # The second write refused (the app's state grown past the payload limit): no session, no
+    # listing, no state; the first write is taken back.
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        service = JournalSessionService(journal)
+
+        async def go() -> None:
+            await service.create_session(
+                app_name=APP, user_id=USER, session_id="a", state={"app:big": "x" * 3000}
+            )
+            with pytest.raises(PayloadTooLarge):
+                await service.create_session(
+                    app_name=APP, user_id=USER, session_id="b", state={"app:more": "y" * 3000}
+                )
+            assert await service.get_session(app_name=APP, user_id=USER, session_id="b") is None
+            assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["a"]
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="a")
+            assert got is not None
+            assert got.state == {"app:big": "x" * 3000}
+            # The id is free: created with a state the journal holds, it is a session.
+            await service.create_session(app_name=APP, user_id=USER, session_id="b")
+
+        run(go())

@@ -41,7 +41,13 @@ from google.adk.sessions.state import State
 
 import agentjournal.integrations.adk_store as store
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidEvent,
+    PayloadTooLarge,
+    SessionNotFound,
+)
 from agentjournal.events import NewEvent
 from agentjournal.integrations.adk_events import (
     ADK_EVENT,
@@ -193,25 +199,44 @@ class JournalSessionService(BaseSessionService):
         self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
     ) -> Session:
         jid = journal_id("session", app_name, user_id, sid)
-        if store.exists(self.journal, jid):
-            raise AlreadyExistsError(f"Session with id {sid} already exists.")
         created = platform_time.get_time()
         metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
         # What the journal would refuse (an id or a state it cannot hold) is refused before
-        # the first of the writes below: the session's creation holds the names and its state.
+        # anything is written: the session's creation holds the names and its state.
         self.journal.prepare_batch([NewEvent(ADK_EVENT, {"title": sid, "metadata": metadata})])
-        # The app's and the user's state change together, before the session exists: a crash
-        # in between leaves them changed and the session not created, and creating it again
-        # (as ADK callers do after an error) merges the same deltas again and creates it.
-        shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
-        store.append_with_shared(self.journal, {}, {}, shared, lambda: None)
-        # Listed before it exists: a crash in between leaves a name that lists nothing (and is
-        # skipped), never a session that no list finds.
-        store.list_session(self.journal, app_name, user_id, sid)
+        # Two writes: the session, pending (no read finds it), then in one transaction its
+        # opening, its listing and the `app:` and `user:` state it sets. A crash in between
+        # leaves a pending session, which creating it again (as ADK callers do after an error)
+        # opens if it was asked with the same state.
+        made = False
         try:
-            self.journal.create_session(sid, session_id=jid, metadata=metadata)
-        except Conflict:
+            existing = self.journal.get_session(jid)
+        except SessionNotFound:
+            try:
+                existing = self.journal.create_session(sid, session_id=jid, metadata=metadata)
+            except Conflict:
+                raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+            made = True
+        if existing.last_seq != 1 or not existing.metadata.get("pending"):
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        if not made and existing.metadata.get("state") != deltas["session"]:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        created = existing.metadata.get("created", created)
+
+        def taken() -> None:
+            if self.journal.get_session(jid).last_seq != 1:
+                raise AlreadyExistsError(f"Session with id {sid} already exists.")
+
+        shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
+        try:
+            opened = store.open_session(self.journal, app_name, user_id, sid, shared, taken)
+        except SessionNotFound:  # deleted meanwhile, by another creator or a delete
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+        except (InvalidEvent, PayloadTooLarge):
+            if made:  # the shared state it sets is refused: it leaves nothing
+                with suppress(SessionNotFound):
+                    self.journal.purge_session(jid, actor="adk")
+            raise
         session = Session(
             id=sid,
             app_name=app_name,
@@ -219,7 +244,7 @@ class JournalSessionService(BaseSessionService):
             state=_merge(deltas["session"], shared.app_state, shared.user_state),
             last_update_time=created,
         )
-        session._storage_update_marker = store.marker_of(self.journal.events(jid, limit=1)[0])
+        session._storage_update_marker = store.marker_of(opened)
         return session
 
     def _get(
