@@ -7,6 +7,7 @@ conversation (its own message and tool events, replayable)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -747,5 +748,101 @@ def test_a_creation_whose_shared_state_is_refused_leaves_nothing(journal_url: st
             assert got.state == {"app:big": "x" * 3000}
             # The id is free: created with a state the journal holds, it is a session.
             await service.create_session(app_name=APP, user_id=USER, session_id="b")
+
+        run(go())
+
+
+def test_a_session_created_while_a_delete_finishes_stays_listed(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `delete_session` purges, then takes the name off its user's directory. A session of the
+    # same id created in between (another client, say) must be found by `list_sessions` too.
+    deleter, creator = JournalSessionService(journal), JournalSessionService(journal)
+    purge = journal.purge_session
+
+    def purge_then_create(session_id: str, **kwargs: Any) -> int:
+        purged = purge(session_id, **kwargs)
+        asyncio.run(creator.create_session(app_name=APP, user_id=USER, session_id="s"))
+        return purged
+
+    async def go() -> None:
+        await deleter.create_session(app_name=APP, user_id=USER, session_id="s")
+        monkeypatch.setattr(journal, "purge_session", purge_then_create)
+        await deleter.delete_session(app_name=APP, user_id=USER, session_id="s")
+        monkeypatch.undo()
+        assert await deleter.get_session(app_name=APP, user_id=USER, session_id="s") is not None
+        assert [s.id for s in (await deleter.list_sessions(app_name=APP)).sessions] == ["s"]
+        assert [
+            s.id for s in (await deleter.list_sessions(app_name=APP, user_id=USER)).sessions
+        ] == ["s"]
+
+    run(go())
+
+
+def test_concurrent_creates_deletes_and_appends_keep_the_lists_true(journal_url: str) -> None:
+    # Services over three journals of one database create, delete, read and append to two
+    # sessions at once. Whatever the interleaving, every call ends in a result or ADK's own
+    # error, and afterwards the sessions listed are exactly those that exist.
+    outcomes: set[str] = set()
+
+    async def worker(service: JournalSessionService, seed: int) -> None:
+        rng = random.Random(seed)
+        for turn in range(30):
+            sid = rng.choice(["s1", "s2"])
+            verb = rng.choice(["create", "create", "append", "append", "delete"])
+            try:
+                if verb == "create":
+                    await service.create_session(
+                        app_name=APP, user_id=USER, session_id=sid, state={"app:by": seed}
+                    )
+                elif verb == "delete":
+                    await service.delete_session(app_name=APP, user_id=USER, session_id=sid)
+                else:
+                    got = await service.get_session(app_name=APP, user_id=USER, session_id=sid)
+                    if got is not None:
+                        event = text_event("user", f"{seed}.{turn}", at=float(turn), k=turn)
+                        await service.append_event(got, event)
+                outcomes.add(f"{verb} ok")
+            except (AlreadyExistsError, SessionNotFoundError, StaleSessionError) as exc:
+                outcomes.add(f"{verb} {type(exc).__name__}")
+
+    journals = [Journal.open(journal_url) for _ in range(3)]
+    try:
+        services = [JournalSessionService(j) for j in journals]
+
+        async def go() -> None:
+            await asyncio.gather(*(worker(services[i % 3], i) for i in range(6)))
+            service = services[0]
+            listed = {s.id for s in (await service.list_sessions(app_name=APP)).sessions}
+            there = {
+                sid
+                for sid in ("s1", "s2")
+                if await service.get_session(app_name=APP, user_id=USER, session_id=sid)
+            }
+            assert listed == there
+
+        run(go())
+        assert journals[0].verify().ok
+    finally:
+        for j in journals:
+            j.close()
+    assert "create ok" in outcomes
+    assert "delete ok" in outcomes
+
+
+def test_a_delete_before_a_users_first_session_leaves_the_user_listed(journal_url: str) -> None:
+    # A creation refused after its user's (empty) directory was made, then a delete of that id:
+    # the user's first session made afterwards must still list the user in the app.
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        service = JournalSessionService(journal)
+
+        async def go() -> None:
+            with pytest.raises(PayloadTooLarge):
+                await service.create_session(
+                    app_name=APP, user_id=USER, session_id="s", state={"app:x": "x" * 4100}
+                )
+            await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+            await service.create_session(app_name=APP, user_id=USER, session_id="t")
+            assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["t"]
 
         run(go())

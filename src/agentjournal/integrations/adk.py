@@ -64,6 +64,7 @@ __all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
 T = TypeVar("T")
 SCHEME = "agentjournal"  # session service URIs for ADK's CLI: agentjournal:<journal URL>
 _MARKER = re.compile(r"[0-9]+:[0-9]+")
+_CREATE_ATTEMPTS = 100  # creations undone by concurrent deletes before giving up
 _STALE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -198,7 +199,6 @@ class JournalSessionService(BaseSessionService):
     def _create(
         self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
     ) -> Session:
-        jid = journal_id("session", app_name, user_id, sid)
         created = platform_time.get_time()
         metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
         # What the journal would refuse (an id or a state it cannot hold) is refused before
@@ -208,6 +208,22 @@ class JournalSessionService(BaseSessionService):
         # opening, its listing and the `app:` and `user:` state it sets. A crash in between
         # leaves a pending session, which creating it again (as ADK callers do after an error)
         # opens if it was asked with the same state.
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                return self._create_once(app_name, user_id, sid, deltas, metadata)
+            except SessionNotFound:
+                continue  # deleted by a delete meanwhile: the id is free again
+        raise Conflict(f"ADK session {sid}: deleted as often as it was created; try again")
+
+    def _create_once(
+        self,
+        app_name: str,
+        user_id: str,
+        sid: str,
+        deltas: dict[str, dict[str, Any]],
+        metadata: dict[str, Any],
+    ) -> Session:
+        jid = journal_id("session", app_name, user_id, sid)
         made = False
         try:
             existing = self.journal.get_session(jid)
@@ -221,7 +237,7 @@ class JournalSessionService(BaseSessionService):
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
         if not made and existing.metadata.get("state") != deltas["session"]:
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
-        created = existing.metadata.get("created", created)
+        created = existing.metadata.get("created", metadata["created"])
 
         def taken() -> None:
             if self.journal.get_session(jid).last_seq != 1:
@@ -230,8 +246,6 @@ class JournalSessionService(BaseSessionService):
         shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
         try:
             opened = store.open_session(self.journal, app_name, user_id, sid, shared, taken)
-        except SessionNotFound:  # deleted meanwhile, by another creator or a delete
-            raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
         except (InvalidEvent, PayloadTooLarge):
             if made:  # the shared state it sets is refused: it leaves nothing
                 with suppress(SessionNotFound):
@@ -314,6 +328,15 @@ class JournalSessionService(BaseSessionService):
         with suppress(SessionNotFound):
             self.journal.purge_session(jid, actor="adk")
         store.unlist_session(self.journal, app_name, user_id, sid)
+        # A session of this id created since the purge may have been listed before the name
+        # was taken off: if it is there now, list it again (its own listing, if it comes later,
+        # comes after the unlisting and stands).
+        try:
+            again = store.newest(self.journal, jid, 0, None)
+        except SessionNotFound:
+            again = None
+        if again is not None:
+            store.relist_session(self.journal, app_name, user_id, sid)
 
     def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> str:
         """Append the event's batch at the seq the session object was read or last appended

@@ -34,6 +34,7 @@ __all__ = [
     "listed_names",
     "newest",
     "open_session",
+    "relist_session",
     "session_state",
     "shared_state",
     "unlist_session",
@@ -288,9 +289,21 @@ def open_session(
     return appended[jid][-1]
 
 
+def relist_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    """List an open session again in its user's directory (which exists: it was listed)."""
+    journal.append(journal_id("sessions", app_name, user_id), SESSION_LISTED, {"session_id": sid})
+
+
 def unlist_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    """Take a session's name off its user's directory, if the directory ever listed one: a
+    directory with nothing but its creation is the sign that its user is not listed yet, which
+    the user's first session (`open_session`) reads."""
     directory = journal_id("sessions", app_name, user_id)
-    if exists(journal, directory):
+    try:
+        listed = journal.get_session(directory).last_seq > 1
+    except SessionNotFound:
+        return
+    if listed:
         journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
 
 
