@@ -7,6 +7,7 @@ conversation (its own message and tool events, replayable)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,9 @@ from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal
+from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal, PayloadTooLarge
 from agentjournal.integrations.adk import JournalSessionService, from_uri
-from agentjournal.integrations.adk_events import journal_id
+from agentjournal.integrations.adk_events import journal_id, session_metadata
 from postgres_fixtures import POOL_RANDOM
 
 pytestmark = POOL_RANDOM  # see postgres_fixtures.POOL_RANDOM
@@ -643,3 +644,202 @@ def test_an_event_the_journal_cannot_hold_is_refused_with_nothing_written(
         await service.append_event(session, text_event("user", "fine", at=2.0))
 
     run(go())
+
+
+def all_events(journal: Journal) -> list[Any]:
+    """Every event of the journal's tenant, read session by session (on PostgreSQL the feed,
+    `events_all`, shows an event only once every older transaction on the server has ended)."""
+    sessions = journal.sessions(limit=1000)
+    return [e for s in sessions for e in journal.events(s.session_id, limit=10_000)]
+
+
+@pytest.mark.parametrize(
+    ("session_id", "state"),
+    [
+        ("s\x00", {"app:x": 1, "user:y": 2}),
+        ("\ud800", {"app:x": 1}),
+        ("s" * 1_100_000, {"app:x": 1}),
+        ("s", {"app:x": 1, "k": float("nan")}),
+        ("s", {"user:y": 2, "k": "nul \x00"}),
+        ("s", {"app:x": 1, "k": "x" * 1_100_000}),
+    ],
+    ids=["nul-id", "surrogate-id", "huge-id", "nan-state", "nul-state", "huge-state"],
+)
+def test_a_session_the_journal_cannot_hold_is_refused_with_nothing_written(
+    service: JournalSessionService, journal: Journal, session_id: str, state: dict[str, Any]
+) -> None:
+    # A session id or a session state the journal refuses must not leave the app's or the
+    # user's state changed, nor a name in the directories: the create writes nothing.
+    async def go() -> None:
+        with pytest.raises((InvalidEvent, PayloadTooLarge)):
+            await service.create_session(
+                app_name=APP, user_id=USER, session_id=session_id, state=state
+            )
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        assert (await service.list_sessions(app_name=APP)).sessions == []
+
+    run(go())
+    assert all_events(journal) == []
+
+
+def test_state_keys_must_be_strings(service: JournalSessionService, journal: Journal) -> None:
+    async def go() -> None:
+        with pytest.raises(InvalidArgument):
+            await service.create_session(app_name=APP, user_id=USER, state={1: "one"})  # type: ignore[dict-item]
+
+    run(go())
+    assert all_events(journal) == []
+
+
+def test_a_creation_cut_short_after_its_first_write_is_no_session_until_created_again(
+    service: JournalSessionService, journal: Journal
+) -> None:
+    # `create_session` writes the session, pending, then in one transaction its opening, its
+    # listing and the `app:` and `user:` state it sets. The first write alone (a crash in
+    # between) is no session and changes no state; creating it again finishes it, once.
+    state = {"k": 1, "app:a": 2, "user:u": 3}
+    jid = journal_id("session", APP, USER, "s")
+    metadata = session_metadata(APP, USER, "s", 1.0, {"k": 1})
+    journal.create_session("s", session_id=jid, metadata=metadata)  # the first write only
+
+    async def go() -> None:
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
+        assert (await service.list_sessions(app_name=APP)).sessions == []
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        stray = Session(id="s", app_name=APP, user_id=USER)
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(stray, text_event("user", "hi", at=2.0))
+        with pytest.raises(AlreadyExistsError):  # another creation's, as far as it can tell
+            await service.create_session(app_name=APP, user_id=USER, session_id="s", state={"k": 2})
+        made = await service.create_session(app_name=APP, user_id=USER, session_id="s", state=state)
+        assert made.state == state
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="s", state=state)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None
+        assert (got.state, got.events) == (state, [])
+        assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["s"]
+        await service.append_event(made, text_event("user", "hi", at=2.0))
+
+    run(go())
+
+
+def test_a_creation_whose_shared_state_is_refused_leaves_nothing(journal_url: str) -> None:
+    # The second write refused (the app's state grown past the payload limit): no session, no
+    # listing, no state; the first write is taken back.
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        service = JournalSessionService(journal)
+
+        async def go() -> None:
+            await service.create_session(
+                app_name=APP, user_id=USER, session_id="a", state={"app:big": "x" * 3000}
+            )
+            with pytest.raises(PayloadTooLarge):
+                await service.create_session(
+                    app_name=APP, user_id=USER, session_id="b", state={"app:more": "y" * 3000}
+                )
+            assert await service.get_session(app_name=APP, user_id=USER, session_id="b") is None
+            assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["a"]
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="a")
+            assert got is not None
+            assert got.state == {"app:big": "x" * 3000}
+            # The id is free: created with a state the journal holds, it is a session.
+            await service.create_session(app_name=APP, user_id=USER, session_id="b")
+
+        run(go())
+
+
+def test_a_session_created_while_a_delete_finishes_stays_listed(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `delete_session` purges, then takes the name off its user's directory. A session of the
+    # same id created in between (another client, say) must be found by `list_sessions` too.
+    deleter, creator = JournalSessionService(journal), JournalSessionService(journal)
+    purge = journal.purge_session
+
+    def purge_then_create(session_id: str, **kwargs: Any) -> int:
+        purged = purge(session_id, **kwargs)
+        asyncio.run(creator.create_session(app_name=APP, user_id=USER, session_id="s"))
+        return purged
+
+    async def go() -> None:
+        await deleter.create_session(app_name=APP, user_id=USER, session_id="s")
+        monkeypatch.setattr(journal, "purge_session", purge_then_create)
+        await deleter.delete_session(app_name=APP, user_id=USER, session_id="s")
+        monkeypatch.undo()
+        assert await deleter.get_session(app_name=APP, user_id=USER, session_id="s") is not None
+        assert [s.id for s in (await deleter.list_sessions(app_name=APP)).sessions] == ["s"]
+        assert [
+            s.id for s in (await deleter.list_sessions(app_name=APP, user_id=USER)).sessions
+        ] == ["s"]
+
+    run(go())
+
+
+def test_concurrent_creates_deletes_and_appends_keep_the_lists_true(journal_url: str) -> None:
+    # Services over three journals of one database create, delete, read and append to two
+    # sessions at once. Whatever the interleaving, every call ends in a result or ADK's own
+    # error, and afterwards the sessions listed are exactly those that exist.
+    outcomes: set[str] = set()
+
+    async def worker(service: JournalSessionService, seed: int) -> None:
+        rng = random.Random(seed)
+        for turn in range(30):
+            sid = rng.choice(["s1", "s2"])
+            verb = rng.choice(["create", "create", "append", "append", "delete"])
+            try:
+                if verb == "create":
+                    await service.create_session(
+                        app_name=APP, user_id=USER, session_id=sid, state={"app:by": seed}
+                    )
+                elif verb == "delete":
+                    await service.delete_session(app_name=APP, user_id=USER, session_id=sid)
+                else:
+                    got = await service.get_session(app_name=APP, user_id=USER, session_id=sid)
+                    if got is not None:
+                        event = text_event("user", f"{seed}.{turn}", at=float(turn), k=turn)
+                        await service.append_event(got, event)
+                outcomes.add(f"{verb} ok")
+            except (AlreadyExistsError, SessionNotFoundError, StaleSessionError) as exc:
+                outcomes.add(f"{verb} {type(exc).__name__}")
+
+    journals = [Journal.open(journal_url) for _ in range(3)]
+    try:
+        services = [JournalSessionService(j) for j in journals]
+
+        async def go() -> None:
+            await asyncio.gather(*(worker(services[i % 3], i) for i in range(6)))
+            service = services[0]
+            listed = {s.id for s in (await service.list_sessions(app_name=APP)).sessions}
+            there = {
+                sid
+                for sid in ("s1", "s2")
+                if await service.get_session(app_name=APP, user_id=USER, session_id=sid)
+            }
+            assert listed == there
+
+        run(go())
+        assert journals[0].verify().ok
+    finally:
+        for j in journals:
+            j.close()
+    assert "create ok" in outcomes
+    assert "delete ok" in outcomes
+
+
+def test_a_delete_before_a_users_first_session_leaves_the_user_listed(journal_url: str) -> None:
+    # A creation refused after its user's (empty) directory was made, then a delete of that id:
+    # the user's first session made afterwards must still list the user in the app.
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        service = JournalSessionService(journal)
+
+        async def go() -> None:
+            with pytest.raises(PayloadTooLarge):
+                await service.create_session(
+                    app_name=APP, user_id=USER, session_id="s", state={"app:x": "x" * 4100}
+                )
+            await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+            await service.create_session(app_name=APP, user_id=USER, session_id="t")
+            assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["t"]
+
+        run(go())

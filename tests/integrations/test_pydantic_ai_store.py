@@ -36,7 +36,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from agentjournal import AsyncJournal, Journal, PayloadTooLarge
+from agentjournal import AsyncJournal, InvalidArgument, InvalidEvent, Journal, PayloadTooLarge
 from agentjournal.integrations.pydantic_ai_events import DELETED, DETAILS, RECORD
 from agentjournal.integrations.pydantic_ai_store import JournalConversationStore
 from helpers.pydantic_ai_messages import conversations, round_trip
@@ -591,3 +591,92 @@ def test_entries_that_point_in_a_circle_are_refused_with_nothing_written(
             await JournalConversationStore(journal).read_history("a")
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        {"title": 5},
+        {"title": ["a"]},
+        {"metadata": ["not", "a", "dict"]},
+        {"metadata": {"x": {1, 2}}},
+        {"title": "nul \x00"},
+        {"title": "t" * 1_100_000},
+    ],
+    ids=["int-title", "list-title", "list-metadata", "set-in-metadata", "nul-title", "huge-title"],
+)
+def test_details_of_the_wrong_kind_are_refused_with_nothing_written(
+    journal: Journal, details: dict[str, Any]
+) -> None:
+    # An update the record cannot hold must not reach the journal: a `pydantic_ai.details` of
+    # the wrong type would make every later load of the conversation fail.
+    store = JournalConversationStore(journal)
+
+    async def run() -> None:
+        await store.save(Conversation(conversation_id="c", messages=[_request("一")]))
+        before = journal.get_session("c").last_seq
+        with pytest.raises((InvalidArgument, InvalidEvent, PayloadTooLarge)):
+            await store.update("c", **details)
+        assert journal.get_session("c").last_seq == before
+        assert await store.load("c") is not None
+        record = await store.read_record("c")
+        assert record is not None
+        assert (record.title, record.metadata) == (None, None)
+
+    asyncio.run(run())
+    assert journal.get_session("c").title == "c"
+
+
+def test_a_delete_cut_short_after_its_first_write_reads_as_deleted(journal: Journal) -> None:
+    # `delete` appends `pydantic_ai.deleted`, then soft-deletes the session: the first write
+    # alone (a crash in between) already reads as deleted, and the id can start again.
+    store = JournalConversationStore(journal)
+
+    async def run() -> None:
+        await store.save(Conversation(conversation_id="c", messages=[_request("一")]))
+        record = await store.read_record("c")
+        assert record is not None
+        journal.append("c", DELETED, {"revision": record.revision})  # the first write only
+        assert await store.load("c") is None
+        assert await store.read_record("c") is None
+        assert await store.list_conversations() == []
+        await store.save(Conversation(conversation_id="c", messages=[_request("新")]))
+        again = await store.load("c")
+        assert again is not None
+        assert again.messages == [_request("新")]
+        await store.delete("c")
+        assert await store.load("c") is None
+
+    asyncio.run(run())
+    assert journal.get_session("c").status == "deleted"
+
+
+def test_a_conversation_saved_while_a_delete_finishes_is_kept(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `delete` is two writes: `pydantic_ai.deleted` (checked against the revision), then the
+    # session's soft delete. Another client that starts a new conversation of the same id in
+    # between is told it saved: its conversation must load afterwards, not vanish with the
+    # session's soft delete.
+    deleter, other = JournalConversationStore(journal), JournalConversationStore(journal)
+    soft_delete = journal.delete_session
+
+    def save_first_then_delete(session_id: str) -> Any:
+        asyncio.run(other.save(Conversation(conversation_id="c", messages=[_request("新")])))
+        return soft_delete(session_id)
+
+    async def run() -> None:
+        await deleter.save(Conversation(conversation_id="c", messages=[_request("一")]))
+        monkeypatch.setattr(journal, "delete_session", save_first_then_delete)
+        await deleter.delete("c")
+        monkeypatch.undo()
+        for store in (deleter, other, JournalConversationStore(journal)):
+            loaded = await store.load("c")
+            assert loaded is not None
+            assert loaded.messages == [_request("新")]
+            assert [r.conversation_id for r in await store.list_conversations()] == ["c"]
+        loaded.messages.append(_request("再"))
+        await other.save(loaded)
+
+    asyncio.run(run())
+    assert journal.get_session("c").status == "active"

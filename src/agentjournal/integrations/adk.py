@@ -41,8 +41,16 @@ from google.adk.sessions.state import State
 
 import agentjournal.integrations.adk_store as store
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
+from agentjournal.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidEvent,
+    PayloadTooLarge,
+    SessionNotFound,
+)
+from agentjournal.events import NewEvent
 from agentjournal.integrations.adk_events import (
+    ADK_EVENT,
     call_ids,
     event_batch,
     journal_id,
@@ -56,6 +64,7 @@ __all__ = ["SCHEME", "JournalSessionService", "from_uri", "register"]
 T = TypeVar("T")
 SCHEME = "agentjournal"  # session service URIs for ADK's CLI: agentjournal:<journal URL>
 _MARKER = re.compile(r"[0-9]+:[0-9]+")
+_CREATE_ATTEMPTS = 100  # creations undone by concurrent deletes before giving up
 _STALE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -114,6 +123,8 @@ class JournalSessionService(BaseSessionService):
         _check_names(app_name, user_id, session_id, optional=("session_id",))
         if state is not None and not isinstance(state, Mapping):
             raise InvalidArgument("state must be a dict")
+        if state is not None and not all(isinstance(key, str) for key in state):
+            raise InvalidArgument("state keys must be strings")
         sid = platform_uuid.new_uuid() if session_id is None else session_id
         deltas = _session_util.extract_json_safe_state_delta(dict(state or {}))
         return await self._call(self._create, app_name, user_id, sid, deltas)
@@ -188,23 +199,58 @@ class JournalSessionService(BaseSessionService):
     def _create(
         self, app_name: str, user_id: str, sid: str, deltas: dict[str, dict[str, Any]]
     ) -> Session:
-        jid = journal_id("session", app_name, user_id, sid)
-        if store.exists(self.journal, jid):
-            raise AlreadyExistsError(f"Session with id {sid} already exists.")
-        # The app's and the user's state change together, before the session exists: a crash
-        # in between leaves them changed and the session not created, and creating it again
-        # (as ADK callers do after an error) merges the same deltas again and creates it.
-        shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
-        store.append_with_shared(self.journal, {}, {}, shared, lambda: None)
-        # Listed before it exists: a crash in between leaves a name that lists nothing (and is
-        # skipped), never a session that no list finds.
-        store.list_session(self.journal, app_name, user_id, sid)
         created = platform_time.get_time()
         metadata = session_metadata(app_name, user_id, sid, created, deltas["session"])
+        # What the journal would refuse (an id or a state it cannot hold) is refused before
+        # anything is written: the session's creation holds the names and its state.
+        self.journal.prepare_batch([NewEvent(ADK_EVENT, {"title": sid, "metadata": metadata})])
+        # Two writes: the session, pending (no read finds it), then in one transaction its
+        # opening, its listing and the `app:` and `user:` state it sets. A crash in between
+        # leaves a pending session, which creating it again (as ADK callers do after an error)
+        # opens if it was asked with the same state.
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                return self._create_once(app_name, user_id, sid, deltas, metadata)
+            except SessionNotFound:
+                continue  # deleted by a delete meanwhile: the id is free again
+        raise Conflict(f"ADK session {sid}: deleted as often as it was created; try again")
+
+    def _create_once(
+        self,
+        app_name: str,
+        user_id: str,
+        sid: str,
+        deltas: dict[str, dict[str, Any]],
+        metadata: dict[str, Any],
+    ) -> Session:
+        jid = journal_id("session", app_name, user_id, sid)
+        made = False
         try:
-            self.journal.create_session(sid, session_id=jid, metadata=metadata)
-        except Conflict:
-            raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+            existing = self.journal.get_session(jid)
+        except SessionNotFound:
+            try:
+                existing = self.journal.create_session(sid, session_id=jid, metadata=metadata)
+            except Conflict:
+                raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+            made = True
+        if existing.last_seq != 1 or not existing.metadata.get("pending"):
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        if not made and existing.metadata.get("state") != deltas["session"]:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        created = existing.metadata.get("created", metadata["created"])
+
+        def taken() -> None:
+            if self.journal.get_session(jid).last_seq != 1:
+                raise AlreadyExistsError(f"Session with id {sid} already exists.")
+
+        shared = store.SharedChange(app_name, user_id, deltas["app"], deltas["user"])
+        try:
+            opened = store.open_session(self.journal, app_name, user_id, sid, shared, taken)
+        except (InvalidEvent, PayloadTooLarge):
+            if made:  # the shared state it sets is refused: it leaves nothing
+                with suppress(SessionNotFound):
+                    self.journal.purge_session(jid, actor="adk")
+            raise
         session = Session(
             id=sid,
             app_name=app_name,
@@ -212,7 +258,7 @@ class JournalSessionService(BaseSessionService):
             state=_merge(deltas["session"], shared.app_state, shared.user_state),
             last_update_time=created,
         )
-        session._storage_update_marker = store.marker_of(self.journal.events(jid, limit=1)[0])
+        session._storage_update_marker = store.marker_of(opened)
         return session
 
     def _get(
@@ -282,6 +328,15 @@ class JournalSessionService(BaseSessionService):
         with suppress(SessionNotFound):
             self.journal.purge_session(jid, actor="adk")
         store.unlist_session(self.journal, app_name, user_id, sid)
+        # A session of this id created since the purge may have been listed before the name
+        # was taken off: if it is there now, list it again (its own listing, if it comes later,
+        # comes after the unlisting and stands).
+        try:
+            again = store.newest(self.journal, jid, 0, None)
+        except SessionNotFound:
+            again = None
+        if again is not None:
+            store.relist_session(self.journal, app_name, user_id, sid)
 
     def _append(self, session: Session, event: AdkEvent, deltas: dict[str, dict[str, Any]]) -> str:
         """Append the event's batch at the seq the session object was read or last appended

@@ -2,7 +2,9 @@
 
 An ADK session (app name, user id, session id) is one journal session. Its `session_created`
 carries, in `metadata`, the app name, user id and ADK session id, the creation time and the
-session-scoped state it was created with. Each ADK `Event` is one `append_many` batch:
+session-scoped state it was created with, and `pending`: it is an ADK session once its
+`adk.session_opened` follows (written with its listing and the shared state it sets; a session
+without `pending` was made whole). Each ADK `Event` is one `append_many` batch:
 
 - the journal's own events for what the event says, so that replay, search, the transcript, the
   CLI and the inspector show an ADK conversation like any other: its text a `user_message`
@@ -38,6 +40,7 @@ __all__ = [
     "ADK_EVENT",
     "APP_STATE",
     "SESSION_LISTED",
+    "SESSION_OPENED",
     "SESSION_UNLISTED",
     "USER_LISTED",
     "USER_STATE",
@@ -54,6 +57,7 @@ USER_STATE = "adk.user_state"
 USER_LISTED = "adk.user_listed"
 SESSION_LISTED = "adk.session_listed"
 SESSION_UNLISTED = "adk.session_unlisted"
+SESSION_OPENED = "adk.session_opened"
 
 Kind = Literal["session", "app", "user", "users", "sessions"]
 
@@ -78,6 +82,9 @@ def session_metadata(
         "session_id": session_id,
         "created": created,
         "state": dict(state),
+        # Created first, it is an ADK session once its `adk.session_opened` is written, in
+        # one transaction with its listing and the app's and the user's state it sets.
+        "pending": True,
     }
 
 

@@ -17,6 +17,7 @@ from agentjournal.events import Event, NewEvent
 from agentjournal.integrations.adk_events import (
     APP_STATE,
     SESSION_LISTED,
+    SESSION_OPENED,
     SESSION_UNLISTED,
     USER_LISTED,
     USER_STATE,
@@ -30,9 +31,10 @@ __all__ = [
     "SharedChange",
     "append_with_shared",
     "exists",
-    "list_session",
     "listed_names",
     "newest",
+    "open_session",
+    "relist_session",
     "session_state",
     "shared_state",
     "unlist_session",
@@ -88,6 +90,8 @@ def newest(
                     metadata = event.payload.get("metadata", {})
                     if metadata.get("integration") != "adk":
                         return None
+                    if metadata.get("pending") and last.seq == 1:
+                        return None  # its creation did not finish (see `open_session`)
                     head = Head(last, metadata["created"], 1, metadata.get("state", {}))
                 break
             adk = carried(event)
@@ -255,23 +259,51 @@ def listed_names(journal: Journal, jid: str, name: str) -> list[str]:
         after = page[-1].seq
 
 
-def list_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
-    """List a session in its user's directory, and the user in the app's on the user's first
-    session. Each name is listed before what it names exists: a crash in between leaves a name
-    that lists nothing (and is skipped), never something no list finds."""
+def open_session(
+    journal: Journal,
+    app_name: str,
+    user_id: str,
+    sid: str,
+    change: SharedChange,
+    taken: Callable[[], None],
+) -> Event:
+    """Make the created (pending) session an ADK session: its `adk.session_opened`, its name in
+    its user's directory (and the user's in the app's, on the user's first session) and the
+    app's and the user's state it was created with, in **one** transaction. `taken()` raises if
+    another writer opened it first. Returns the `adk.session_opened` event."""
+    jid = journal_id("session", app_name, user_id, sid)
     directory = journal_id("sessions", app_name, user_id)
-    if not exists(journal, directory):
-        users = journal_id("users", app_name)
-        _ensure(journal, users, "ADK users", {"integration": "adk", "app_name": app_name})
-        journal.append(users, USER_LISTED, {"user_id": user_id})
+    users = journal_id("users", app_name)
     scope = {"integration": "adk", "app_name": app_name, "user_id": user_id}
-    _ensure(journal, directory, "ADK sessions", scope)
-    journal.append(directory, SESSION_LISTED, {"session_id": sid})
+    # The directories exist before (empty, they list nothing); the user is listed with the
+    # first session the user's directory lists, in the same transaction.
+    first = _ensure(journal, directory, "ADK sessions", scope) == 1
+    batches: dict[str, list[NewEvent]] = {
+        jid: [NewEvent(SESSION_OPENED, {})],
+        directory: [NewEvent(SESSION_LISTED, {"session_id": sid})],
+    }
+    if first:
+        _ensure(journal, users, "ADK users", {"integration": "adk", "app_name": app_name})
+        batches[users] = [NewEvent(USER_LISTED, {"user_id": user_id})]
+    appended = append_with_shared(journal, batches, {jid: 1}, change, taken)
+    return appended[jid][-1]
+
+
+def relist_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    """List an open session again in its user's directory (which exists: it was listed)."""
+    journal.append(journal_id("sessions", app_name, user_id), SESSION_LISTED, {"session_id": sid})
 
 
 def unlist_session(journal: Journal, app_name: str, user_id: str, sid: str) -> None:
+    """Take a session's name off its user's directory, if the directory ever listed one: a
+    directory with nothing but its creation is the sign that its user is not listed yet, which
+    the user's first session (`open_session`) reads."""
     directory = journal_id("sessions", app_name, user_id)
-    if exists(journal, directory):
+    try:
+        listed = journal.get_session(directory).last_seq > 1
+    except SessionNotFound:
+        return
+    if listed:
         journal.append(directory, SESSION_UNLISTED, {"session_id": sid})
 
 

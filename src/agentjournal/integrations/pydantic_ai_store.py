@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import pydantic
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationDetails,
@@ -53,7 +54,7 @@ from pydantic_ai.conversation_store import (
 )
 
 from agentjournal.aio import AsyncJournal
-from agentjournal.errors import Conflict, SessionNotFound
+from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.events import Event, NewEvent
 from agentjournal.integrations.pydantic_ai import dump_messages
 from agentjournal.integrations.pydantic_ai_events import (
@@ -85,6 +86,7 @@ _ATTEMPTS = 100  # writes lost to other writers of the same session before givin
 _MAX_PAGE = 10_000
 _DETAIL_KEYS = ("title", "metadata")
 _SESSIONS_KEPT = 64
+_DETAILS: pydantic.TypeAdapter[ConversationDetails] = pydantic.TypeAdapter(ConversationDetails)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -198,8 +200,10 @@ class JournalConversationStore(ConversationStore):
             session = self.journal.get_session(conversation_id)
         except SessionNotFound:
             return _State(None, None, {})
-        if session.status == "deleted" or not is_conversation(session):
+        if not is_conversation(session):
             return _State(session, None, {})
+        # Its events say whether the conversation is deleted (its newest `pydantic_ai.deleted`
+        # or record), not the session's status: that follows them, a write later.
         details: dict[str, Any] = {}
         before, size = session.last_seq + 1, 8
         while before > 1:
@@ -381,6 +385,12 @@ class JournalConversationStore(ConversationStore):
         unknown = (set(details) | set(expected)) - set(_DETAIL_KEYS)
         if unknown:
             raise NotImplementedError(f"{type(self).__name__} stores no {sorted(unknown)}")
+        # Checked before anything is written: a title or metadata of another type stored in
+        # `pydantic_ai.details` would make every later read of the record fail.
+        try:
+            _DETAILS.validate_python(details, strict=True)
+        except pydantic.ValidationError as exc:
+            raise InvalidArgument(f"conversation details: {exc}") from None
         for _ in range(_ATTEMPTS):
             state = self._state(conversation_id)
             record = state.record
@@ -416,7 +426,7 @@ class JournalConversationStore(ConversationStore):
                 raise ConversationConflict(conversation_id)
             assert state.session is not None
             try:
-                self.journal.append(
+                deleted = self.journal.append(
                     conversation_id,
                     DELETED,
                     {"revision": record.revision},
@@ -426,7 +436,13 @@ class JournalConversationStore(ConversationStore):
                 if self.journal.get_session(conversation_id).last_seq == state.session.last_seq:
                     raise
                 continue
+            # The conversation is deleted (the event says so); the session's soft delete
+            # follows. A new conversation of this id saved in between is kept: its session is
+            # made active again.
             self.journal.delete_session(conversation_id)
+            since = self.journal.events(conversation_id, after=deleted.seq, limit=_MAX_PAGE)
+            if any(event.type == RECORD for event in since):
+                self.journal.update_session(conversation_id, status="active")
             return
         raise ConversationConflict(conversation_id)
 
