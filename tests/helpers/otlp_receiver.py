@@ -57,13 +57,16 @@ def _value(value: AnyValue) -> Any:
 
 
 class Receiver:
-    """Spans received so far (`spans`), and how many requests to refuse next (`refuse`)."""
+    """Spans received so far (`spans`), how many requests to refuse next (`refuse`), and a
+    redirect to answer every request with (`redirect`: status and location; a GET anywhere but
+    /v1/traces gets a 200 page, as a proxy's sign-in page would)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.spans: list[Received] = []
         self.requests = 0
         self.refuse = 0
+        self.redirect: tuple[int, str] | None = None
         self.url = ""
 
     def take(self, body: bytes) -> None:
@@ -110,7 +113,14 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.path != "/v1/traces":
+            if receiver.redirect is not None and self.path == "/v1/traces":
+                status, location = receiver.redirect
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path not in ("/v1/traces", "/v2/traces"):
                 self.send_error(404)
                 return
             with receiver.lock:
@@ -128,6 +138,14 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
             self.wfile.write(reply)
+
+        def do_GET(self) -> None:
+            page = b"<html>sign in</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

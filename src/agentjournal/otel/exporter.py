@@ -30,7 +30,14 @@ from agentjournal.otel.checkpoint import SESSION_PREFIX, Checkpoint, CheckpointS
 from agentjournal.otel.spans import SessionInfo, SpanRecord, task_span, turn_spans
 from agentjournal.otel.turns import TURN_TYPES, FinishedTask, SessionFold, Turn
 
-__all__ = ["ExportFailed", "ExportReport", "FeedExporter", "exporter_resource", "to_readable"]
+__all__ = [
+    "ExportFailed",
+    "ExportReport",
+    "FeedExporter",
+    "exporter_resource",
+    "otlp_http_exporter",
+    "to_readable",
+]
 
 log = logging.getLogger("agentjournal.otel")
 
@@ -68,6 +75,29 @@ def exporter_resource(tenant: str, name: str, service_name: str = "agentjournal"
     the same batch; `OTEL_RESOURCE_ATTRIBUTES` may add to it."""
     instance = f"{tenant}/{SESSION_PREFIX}{name}"
     return Resource.create({"service.name": service_name, "service.instance.id": instance})
+
+
+def otlp_http_exporter(url: str) -> SpanExporter:
+    """The SDK's OTLP/HTTP span exporter to the traces `url`, over an HTTP session that refuses
+    a redirect its client would follow with a GET (301, 302, 303): the spans would be dropped on
+    the way and a 200 from wherever it landed (a proxy's sign-in page) taken for the receiver's
+    confirmation, so the checkpoint would move past spans never received. 307 and 308, which
+    send the same request again, are followed."""
+    import requests
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    def refuse_lossy_redirect(response: requests.Response, *args: object, **kwargs: object) -> None:
+        if response.is_redirect and response.status_code not in (307, 308):
+            raise requests.exceptions.RequestException(
+                f"the OTLP endpoint {url} answered with a redirect ({response.status_code}) to"
+                f" {response.headers.get('Location')!r}, which would drop the spans: give the"
+                " URL it redirects to",
+                response=response,
+            )
+
+    session = requests.Session()
+    session.hooks["response"].append(refuse_lossy_redirect)
+    return OTLPSpanExporter(endpoint=url, session=session)
 
 
 def to_readable(span: SpanRecord, resource: Resource) -> ReadableSpan:
