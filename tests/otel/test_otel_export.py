@@ -5,6 +5,7 @@ a receiver that refuses a batch."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -309,3 +310,37 @@ def test_bad_options_are_refused_with_nothing_written(
     with pytest.raises(InvalidArgument):
         FeedExporter(journal, InMemorySpanExporter(), **options).run(poll_interval=poll)
     assert journal.sessions() == []
+
+
+def test_many_turns_that_never_end_keep_the_checkpoint_small(
+    journal_url: str, receiver: Receiver
+) -> None:
+    # Abandoned turns stay named until they end; their list must neither outgrow the payload
+    # limit (the export would stop for good) nor be written whole with every checkpoint.
+    stale = [f"stale-{i:03d}-" + "x" * 100 for i in range(200)]  # ~24 kB of open turns
+    with Journal.open(journal_url, max_payload_bytes=16_384) as journal:
+        for sid in stale:
+            journal.create_session("abandoned", session_id=sid, model="m")
+            journal.append(sid, "user_message", {"content": "anyone there?"})
+        first = export(journal, receiver)
+        assert (first.spans, first.open_turns) == (0, 200)
+        live = journal.create_session("live", model="m").session_id
+        for _ in range(3):
+            journal.append(live, "user_message", {"content": "q"})
+            journal.append(live, "assistant_message", {"content": "a"})
+            assert export(journal, receiver).spans == 2
+        checkpoints = [
+            e for e in session_events(journal, "otel-export.default") if e.type == CHECKPOINT_TYPE
+        ]
+        assert all(len(json.dumps(e.payload)) < 2_000 for e in checkpoints[-3:])
+        for sid in stale[:3]:
+            journal.append(sid, "assistant_message", {"content": "sorry, here now"})
+        resumed = export(journal, receiver)  # a new exporter: the open turns come back
+        assert (resumed.spans, resumed.open_turns) == (6, 197)
+        assert CheckpointStore(journal, "default").load().turns == tuple(
+            (sid, 2) for sid in stale[3:]
+        )
+    roots = [s for s in receiver.unique().values() if s.name == "invoke_agent"]
+    assert sorted(s.attributes["gen_ai.conversation.id"] for s in roots) == sorted(
+        [live] * 3 + stale[:3]
+    )

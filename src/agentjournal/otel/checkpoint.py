@@ -9,6 +9,13 @@ between the two sends those spans again (the same ids) and never loses one.
 
 Each write expects the seq the exporter last read: two exporters of one name cannot both
 advance it (`Conflict`).
+
+A few open turns are named in the checkpoint itself. Many (turns that never end pile up: their
+agent crashed and nothing resumed them) are written once as a base, `otel.open_turns` events
+each under half the payload limit, in the same commit as the checkpoint that names them; the
+checkpoints after it name that base and only the turns opened or closed since, until those are
+a quarter of the base, when a new base is written. So a checkpoint stays small, and the list
+never outgrows the payload limit.
 """
 
 from __future__ import annotations
@@ -22,10 +29,23 @@ from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound
 from agentjournal.journal import Journal
 from agentjournal.otel.turns import OpenTask
 
-__all__ = ["CHECKPOINT_TYPE", "SESSION_PREFIX", "Checkpoint", "CheckpointStore"]
+__all__ = ["CHECKPOINT_TYPE", "OPEN_TURNS_TYPE", "SESSION_PREFIX", "Checkpoint", "CheckpointStore"]
 
 SESSION_PREFIX: Final = "otel-export."
 CHECKPOINT_TYPE: Final = "otel.checkpoint"
+OPEN_TURNS_TYPE: Final = "otel.open_turns"  # a part of a base of open turns
+INLINE_TURNS: Final = 64  # open turns a checkpoint names itself, without a base
+
+Turns = frozenset[tuple[str, int]]
+
+
+def _size(turns: Iterable[tuple[str, int]]) -> int:
+    """About the bytes of `turns` as JSON, a little over (ids need no escaping)."""
+    return sum(len(sid) + len(str(seq)) + 8 for sid, seq in turns)  # ["sid",seq],
+
+
+def _pairs(values: Any) -> Turns:
+    return frozenset((str(sid), int(seq)) for sid, seq in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +86,7 @@ class CheckpointStore:
         self.session_id = check_id(SESSION_PREFIX + name, "exporter name")
         self._seq: int | None = None
         self._checked = False  # the session was seen to be this exporter's
+        self._base: tuple[int, int, Turns] | None = None  # (first seq, last seq, its turns)
 
     @property
     def seq(self) -> int | None:
@@ -97,9 +118,33 @@ class CheckpointStore:
             last = self.journal.events(self.session_id, last=1)
             self._checked = True
         self._seq = last[-1].seq
+        self._base = None
         if not last or last[-1].type != CHECKPOINT_TYPE:
             return Checkpoint()
-        return Checkpoint.from_payload(last[-1].payload)
+        payload = last[-1].payload
+        checkpoint = Checkpoint.from_payload(payload)
+        if "base" not in payload:
+            return checkpoint
+        try:
+            first, end = (int(seq) for seq in payload["base"])
+            base = self._read_base(first, end)
+            turns = (base - _pairs(payload.get("closed", ()))) | set(checkpoint.turns)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"not an exporter checkpoint: {exc}") from exc
+        self._base = (first, end, base)
+        return Checkpoint(checkpoint.position, tuple(sorted(turns)), checkpoint.tasks)
+
+    def _read_base(self, first: int, end: int) -> Turns:
+        parts: list[Any] = []  # the journal's events
+        while len(parts) < end - first + 1:
+            after = first - 1 + len(parts)
+            page = self.journal.events(self.session_id, after=after, limit=end - after)
+            if not page:
+                break
+            parts += page
+        if len(parts) != end - first + 1 or any(e.type != OPEN_TURNS_TYPE for e in parts):
+            raise ValueError(f"seqs {first}..{end} are not a base of open turns")
+        return frozenset().union(*(_pairs(e.payload["turns"]) for e in parts))
 
     def save(
         self, position: str | None, turns: Iterable[tuple[str, int]], tasks: Sequence[OpenTask]
@@ -107,18 +152,47 @@ class CheckpointStore:
         """Write a checkpoint after everything up to `position` was confirmed exported."""
         if self._seq is None:
             self.load()
+        assert self._seq is not None
         checkpoint = Checkpoint(position, tuple(sorted(turns)), tuple(tasks))
+        payload = checkpoint.to_payload()
+        events: list[dict[str, Any]] = []
+        base = self._base
+        now = frozenset(checkpoint.turns)
+        budget = self.journal.max_payload_bytes // 2
+        if len(now) <= INLINE_TURNS and _size(now) <= budget:
+            base = None
+        elif (
+            base is None
+            or len(now ^ base[2]) > max(INLINE_TURNS, len(base[2]) // 4)
+            or _size(now ^ base[2]) > budget
+        ):
+            events = [{"type": OPEN_TURNS_TYPE, "payload": {"turns": p}} for p in self._parts(now)]
+            base = (self._seq + 1, self._seq + len(events), now)
+        if base is not None:
+            payload["base"] = [base[0], base[1]]
+            payload["turns"] = [list(t) for t in sorted(now - base[2])]
+            payload["closed"] = [list(t) for t in sorted(base[2] - now)]
+        events.append({"type": CHECKPOINT_TYPE, "payload": payload})
         try:
-            event = self.journal.append(
-                self.session_id,
-                CHECKPOINT_TYPE,
-                checkpoint.to_payload(),
-                expected_seq=self._seq,
-            )
+            written = self.journal.append_many(self.session_id, events, expected_seq=self._seq)
         except Conflict as exc:
             raise Conflict(
                 f"another exporter named {self.name!r} advanced the checkpoint: run one"
                 " exporter per name (--name)"
             ) from exc
-        self._seq = event.seq
+        self._seq, self._base = written[-1].seq, base
         return checkpoint
+
+    def _parts(self, turns: Turns) -> list[list[list[Any]]]:
+        """The base's turns in parts of under half the journal's payload limit each."""
+        budget = self.journal.max_payload_bytes // 2
+        parts: list[list[list[Any]]] = [[]]
+        size = 0
+        for sid, seq in sorted(turns):
+            item = _size([(sid, seq)])
+            if parts[-1] and size + item > budget:
+                parts.append([])
+                size = 0
+            parts[-1].append([sid, seq])
+            size += item
+        return parts
