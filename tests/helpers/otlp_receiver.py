@@ -57,7 +57,8 @@ def _value(value: AnyValue) -> Any:
 
 
 class Receiver:
-    """Spans received so far (`spans`), how many requests to refuse next (`refuse`), and a
+    """Spans received so far (`spans`), how many requests to refuse next (`refuse`), the largest
+    body it takes (`max_body`), and a
     redirect to answer every request with (`redirect`: status and location; a GET anywhere but
     /v1/traces gets a 200 page, as a proxy's sign-in page would)."""
 
@@ -67,6 +68,7 @@ class Receiver:
         self.requests = 0
         self.refuse = 0
         self.redirect: tuple[int, str] | None = None
+        self.max_body = 20 * 1024 * 1024  # what the OpenTelemetry Collector takes by default
         self.url = ""
 
     def take(self, body: bytes) -> None:
@@ -112,7 +114,11 @@ class Receiver:
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            length = int(self.headers.get("Content-Length", "0"))
+            if length > receiver.max_body:
+                self.send_error(413, "request body too large")
+                return
+            body = self.rfile.read(length)
             if receiver.redirect is not None and self.path == "/v1/traces":
                 status, location = receiver.redirect
                 self.send_response(status)

@@ -344,3 +344,19 @@ def test_many_turns_that_never_end_keep_the_checkpoint_small(
     assert sorted(s.attributes["gen_ai.conversation.id"] for s in roots) == sorted(
         [live] * 3 + stale[:3]
     )
+
+
+def test_large_captured_content_is_sent_in_requests_a_receiver_takes(
+    journal: Journal, receiver: Receiver
+) -> None:
+    # 64 turns of 100 kB answers are 13 MB of content attributes; one request of them would be
+    # refused (413) every time, and the export would never get past it.
+    receiver.max_body = 5 * 1024 * 1024
+    sid = journal.create_session("long answers", model="m").session_id
+    for i in range(64):
+        journal.append(sid, "user_message", {"content": f"chapter {i}?"})
+        journal.append(sid, "assistant_message", {"content": "é" * 50_000 + f" {i}"})
+    report = export(journal, receiver, capture_content=True)
+    assert report.spans == 128
+    assert len(receiver.unique()) == 128
+    assert receiver.requests > 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -43,6 +43,9 @@ log = logging.getLogger("agentjournal.otel")
 
 PAGE_SIZE: Final = 500  # feed events read per round trip
 BATCH_SPANS: Final = 512  # spans per export call
+# About the bytes of one export call at most (captured content can make a span large): well under
+# the 20 MiB the OpenTelemetry Collector takes by default, so no batch is refused for its size.
+BATCH_BYTES: Final = 4 * 1024 * 1024
 # Feed events read without a span to send before the checkpoint moves anyway (so that a restart
 # does not read them again); a checkpoint is one small event in the journal.
 CHECKPOINT_EVERY: Final = 5_000
@@ -299,8 +302,8 @@ class FeedExporter:
         on_batch: Callable[[int], None] | None,
     ) -> bool:
         """Deliver every span (in batches); False if `stop` came while the receiver was down."""
-        for start in range(0, len(spans), BATCH_SPANS):
-            batch = [to_readable(s, self.resource) for s in spans[start : start + BATCH_SPANS]]
+        for records in _batches(spans):
+            batch = [to_readable(s, self.resource) for s in records]
             while self.span_exporter.export(batch) is not SpanExportResult.SUCCESS:
                 if not follow:
                     raise ExportFailed(
@@ -355,6 +358,30 @@ class FeedExporter:
             if self._info(task.session_id) is not None:
                 fold = self._folds.setdefault(task.session_id, SessionFold(task.session_id))
                 fold.tasks[task.task_id] = task
+
+
+def _weight(span: SpanRecord) -> int:
+    """About the bytes `span` takes in a request: its name and attributes, and some overhead."""
+    size = 100 + len(span.name.encode())
+    for key, value in span.attributes.items():
+        size += len(key) + len(str(value).encode())
+    return size
+
+
+def _batches(spans: list[SpanRecord]) -> Iterator[list[SpanRecord]]:
+    """`spans` in order, in batches of at most BATCH_SPANS spans and about BATCH_BYTES (a span
+    larger than that alone)."""
+    batch: list[SpanRecord] = []
+    size = 0
+    for span in spans:
+        weight = _weight(span)
+        if batch and (len(batch) == BATCH_SPANS or size + weight > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(span)
+        size += weight
+    if batch:
+        yield batch
 
 
 def check_positive(name: str, value: object, *, whole: bool = False) -> None:
