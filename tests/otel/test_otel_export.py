@@ -6,6 +6,7 @@ a receiver that refuses a batch."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 from agentjournal import Conflict, Event, Journal
 from agentjournal.demo.order_agent import QUERY_ORDERS, build
-from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, CheckpointStore
+from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, OPEN_TURNS_TYPE, CheckpointStore
 from agentjournal.otel.exporter import ExportFailed, FeedExporter
 from agentjournal.otel.spans import span_id, trace_id
 from agentjournal.runtime import Agent, ModelReply, RequestedCall, Tool
@@ -360,3 +361,27 @@ def test_large_captured_content_is_sent_in_requests_a_receiver_takes(
     assert report.spans == 128
     assert len(receiver.unique()) == 128
     assert receiver.requests > 1
+
+
+def test_the_open_turns_read_back_are_those_saved_through_bases_and_changes(
+    journal_url: str,
+) -> None:
+    # Turns opened and closed at random, saved by one store (sometimes a new one, as after a
+    # restart), read back whole by another: inline lists, bases in several parts, and changes.
+    rng = random.Random(7)
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        store = CheckpointStore(journal, "default")
+        open_turns: set[tuple[str, int]] = set()
+        for step in range(300):
+            if rng.random() < 0.7:
+                sid = f"s{rng.randrange(10**6)}-" + "y" * rng.randrange(60)
+                open_turns.add((sid, rng.randrange(1, 10**9)))
+            elif open_turns:
+                open_turns.discard(rng.choice(sorted(open_turns)))
+            store.save(str(step), open_turns, [])
+            if rng.random() < 0.3:
+                store = CheckpointStore(journal, "default")
+            assert set(CheckpointStore(journal, "default").load().turns) == open_turns
+        assert len(open_turns) > 100
+        kinds = {e.type for e in session_events(journal, "otel-export.default")}
+        assert OPEN_TURNS_TYPE in kinds

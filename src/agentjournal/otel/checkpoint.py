@@ -13,9 +13,10 @@ advance it (`Conflict`).
 A few open turns are named in the checkpoint itself. Many (turns that never end pile up: their
 agent crashed and nothing resumed them) are written once as a base, `otel.open_turns` events
 each under half the payload limit, in the same commit as the checkpoint that names them; the
-checkpoints after it name that base and only the turns opened or closed since, until those are
-a quarter of the base, when a new base is written. So a checkpoint stays small, and the list
-never outgrows the payload limit.
+checkpoints after it name that base and only the turns opened or closed since, until the changes
+written since outweigh the base (or half the payload limit), when a new base is written. So a
+checkpoint stays small, the list never outgrows the payload limit, and what the checkpoints
+write stays within about twice what the open turns take.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class CheckpointStore:
         self._seq: int | None = None
         self._checked = False  # the session was seen to be this exporter's
         self._base: tuple[int, int, Turns] | None = None  # (first seq, last seq, its turns)
+        self._spent = 0  # about the bytes of the changes written since that base
 
     @property
     def seq(self) -> int | None:
@@ -117,8 +119,9 @@ class CheckpointStore:
             )
             last = self.journal.events(self.session_id, last=1)
             self._checked = True
+        unchanged = self._seq == last[-1].seq  # the last checkpoint read or written here
         self._seq = last[-1].seq
-        self._base = None
+        known, self._base = self._base, None
         if not last or last[-1].type != CHECKPOINT_TYPE:
             return Checkpoint()
         payload = last[-1].payload
@@ -127,11 +130,15 @@ class CheckpointStore:
             return checkpoint
         try:
             first, end = (int(seq) for seq in payload["base"])
-            base = self._read_base(first, end)
+            if unchanged and known is not None and known[:2] == (first, end):
+                base, spent = known[2], self._spent  # this store's: no need to read it again
+            else:
+                base, spent = self._read_base(first, end), None
             turns = (base - _pairs(payload.get("closed", ()))) | set(checkpoint.turns)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"not an exporter checkpoint: {exc}") from exc
         self._base = (first, end, base)
+        self._spent = _size(base ^ turns) if spent is None else spent
         return Checkpoint(checkpoint.position, tuple(sorted(turns)), checkpoint.tasks)
 
     def _read_base(self, first: int, end: int) -> Turns:
@@ -159,15 +166,17 @@ class CheckpointStore:
         base = self._base
         now = frozenset(checkpoint.turns)
         budget = self.journal.max_payload_bytes // 2
+        spent = 0
         if len(now) <= INLINE_TURNS and _size(now) <= budget:
             base = None
-        elif (
-            base is None
-            or len(now ^ base[2]) > max(INLINE_TURNS, len(base[2]) // 4)
-            or _size(now ^ base[2]) > budget
-        ):
+        elif base is None or self._spent + _size(now ^ base[2]) > min(_size(base[2]), budget):
+            # A new base once the changes written since the last one outweigh it: what goes to
+            # the journal stays within twice what the open turns themselves take.
             events = [{"type": OPEN_TURNS_TYPE, "payload": {"turns": p}} for p in self._parts(now)]
             base = (self._seq + 1, self._seq + len(events), now)
+            spent = 0
+        else:
+            spent = self._spent + _size(now ^ base[2])
         if base is not None:
             payload["base"] = [base[0], base[1]]
             payload["turns"] = [list(t) for t in sorted(now - base[2])]
@@ -180,7 +189,7 @@ class CheckpointStore:
                 f"another exporter named {self.name!r} advanced the checkpoint: run one"
                 " exporter per name (--name)"
             ) from exc
-        self._seq, self._base = written[-1].seq, base
+        self._seq, self._base, self._spent = written[-1].seq, base, spent
         return checkpoint
 
     def _parts(self, turns: Turns) -> list[list[list[Any]]]:
