@@ -20,6 +20,7 @@ from agentjournal.demo.order_agent import QUERY_ORDERS, build
 from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, OPEN_TURNS_TYPE, CheckpointStore
 from agentjournal.otel.exporter import ExportFailed, FeedExporter
 from agentjournal.otel.spans import span_id, trace_id
+from agentjournal.otel.turns import OpenTask
 from agentjournal.runtime import Agent, ModelReply, RequestedCall, Tool
 from helpers.otlp_receiver import Receiver, otlp_receiver
 
@@ -363,25 +364,53 @@ def test_large_captured_content_is_sent_in_requests_a_receiver_takes(
     assert receiver.requests > 1
 
 
-def test_the_open_turns_read_back_are_those_saved_through_bases_and_changes(
+def test_the_open_turns_and_tasks_read_back_are_those_saved_through_bases_and_changes(
     journal_url: str,
 ) -> None:
-    # Turns opened and closed at random, saved by one store (sometimes a new one, as after a
-    # restart), read back whole by another: inline lists, bases in several parts, and changes.
+    # Turns and tasks opened and closed at random, saved by one store (sometimes a new one, as
+    # after a restart), read back whole by another: inline lists, bases in parts, and changes.
     rng = random.Random(7)
     with Journal.open(journal_url, max_payload_bytes=4096) as journal:
         store = CheckpointStore(journal, "default")
-        open_turns: set[tuple[str, int]] = set()
+        turns: set[tuple[str, int]] = set()
+        tasks: dict[str, OpenTask] = {}
         for step in range(300):
-            if rng.random() < 0.7:
-                sid = f"s{rng.randrange(10**6)}-" + "y" * rng.randrange(60)
-                open_turns.add((sid, rng.randrange(1, 10**9)))
-            elif open_turns:
-                open_turns.discard(rng.choice(sorted(open_turns)))
-            store.save(str(step), open_turns, [])
+            draw, sid = rng.random(), f"s{rng.randrange(10**6)}-" + "y" * rng.randrange(60)
+            if draw < 0.4:
+                turns.add((sid, rng.randrange(1, 10**9)))
+            elif draw < 0.7:
+                seq = rng.randrange(1, 10**9)
+                parent = rng.choice([(None, None), ("invoke_agent", seq - 1), ("task", seq - 2)])
+                task = OpenTask(sid, f"t{step}", "jobs.é", seq, 1_700_000_000_000, "r", *parent)
+                tasks[task.task_id] = task
+            elif draw < 0.85 and turns:
+                turns.discard(rng.choice(sorted(turns)))
+            elif tasks:
+                del tasks[rng.choice(sorted(tasks))]
+            store.save(str(step), turns, list(tasks.values()))
             if rng.random() < 0.3:
                 store = CheckpointStore(journal, "default")
-            assert set(CheckpointStore(journal, "default").load().turns) == open_turns
-        assert len(open_turns) > 100
+            loaded = CheckpointStore(journal, "default").load()
+            assert (set(loaded.turns), set(loaded.tasks)) == (turns, set(tasks.values()))
+        assert len(turns) + len(tasks) > 100
         kinds = {e.type for e in session_events(journal, "otel-export.default")}
         assert OPEN_TURNS_TYPE in kinds
+
+
+def test_many_tasks_that_never_end_keep_the_checkpoint_small(
+    journal_url: str, receiver: Receiver
+) -> None:
+    # A queue's backlog: tasks created and not taken yet stay in every checkpoint, like turns.
+    with Journal.open(journal_url, max_payload_bytes=16_384) as journal:
+        sid = journal.create_session("jobs").session_id
+        made = [journal.create_task(sid, "nightly.report").task_id for _ in range(200)]
+        first = export(journal, receiver)
+        assert (first.spans, first.open_tasks) == (0, 200)
+        last = journal.events("otel-export.default", last=1)[0]
+        assert len(json.dumps(last.payload)) < 2_000
+        for task_id in made[:3]:
+            journal.cancel_task(task_id)
+        resumed = export(journal, receiver)  # a new exporter: the open tasks come back
+        assert (resumed.spans, resumed.open_tasks) == (3, 197)
+    names = sorted(s.name for s in receiver.unique().values())
+    assert names == ["task nightly.report"] * 3

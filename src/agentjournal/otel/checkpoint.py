@@ -10,17 +10,18 @@ between the two sends those spans again (the same ids) and never loses one.
 Each write expects the seq the exporter last read: two exporters of one name cannot both
 advance it (`Conflict`).
 
-A few open turns are named in the checkpoint itself. Many (turns that never end pile up: their
-agent crashed and nothing resumed them) are written once as a base, `otel.open_turns` events
-each under half the payload limit, in the same commit as the checkpoint that names them; the
-checkpoints after it name that base and only the turns opened or closed since, until the changes
-written since outweigh the base (or half the payload limit), when a new base is written. So a
-checkpoint stays small, the list never outgrows the payload limit, and what the checkpoints
-write stays within about twice what the open turns take.
+A few open turns and tasks are named in the checkpoint itself. Many (turns that never end pile
+up when their agent crashed and nothing resumed it; a queue's backlog is many tasks not taken yet)
+are written once as a base, `otel.open_turns` events each under half the payload limit, in the
+same commit as the checkpoint that names it; the checkpoints after it name that base and only
+what opened or closed since, until the changes written since outweigh the base (or half the
+payload limit), when a new base is written. So a checkpoint stays small, the lists never outgrow
+the payload limit, and what the checkpoints write stays within about twice what is open.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,19 +35,29 @@ __all__ = ["CHECKPOINT_TYPE", "OPEN_TURNS_TYPE", "SESSION_PREFIX", "Checkpoint",
 
 SESSION_PREFIX: Final = "otel-export."
 CHECKPOINT_TYPE: Final = "otel.checkpoint"
-OPEN_TURNS_TYPE: Final = "otel.open_turns"  # a part of a base of open turns
-INLINE_TURNS: Final = 64  # open turns a checkpoint names itself, without a base
+OPEN_TURNS_TYPE: Final = "otel.open_turns"  # a part of a base of open turns and tasks
+INLINE_ITEMS: Final = 64  # open turns and tasks a checkpoint names itself, without a base
 
-Turns = frozenset[tuple[str, int]]
-
-
-def _size(turns: Iterable[tuple[str, int]]) -> int:
-    """About the bytes of `turns` as JSON, a little over (ids need no escaping)."""
-    return sum(len(sid) + len(str(seq)) + 8 for sid, seq in turns)  # ["sid",seq],
+Item = tuple[Any, ...]  # ("turn", session id, first seq) or ("task", *OpenTask.to_list())
+Items = frozenset[Item]
 
 
-def _pairs(values: Any) -> Turns:
-    return frozenset((str(sid), int(seq)) for sid, seq in values)
+def _items(turns: Iterable[Any], tasks: Iterable[Any]) -> Items:
+    """Open turns ([session id, first seq]) and tasks (OpenTask.to_list()) as one set."""
+    pairs = [("turn", str(sid), int(seq)) for sid, seq in turns]
+    return frozenset(pairs + [("task", *OpenTask.from_list(t).to_list()) for t in tasks])
+
+
+def _lists(items: Iterable[Item]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The turns and the tasks of `items`, as a payload lists them (in a stable order)."""
+    turns = sorted(list(i[1:]) for i in items if i[0] == "turn")
+    tasks = sorted((list(i[1:]) for i in items if i[0] == "task"), key=lambda t: (t[0], t[3]))
+    return turns, tasks
+
+
+def _size(items: Iterable[Item]) -> int:
+    """The bytes of `items` in a payload's compact JSON, and a comma each."""
+    return sum(len(json.dumps(list(i[1:]), ensure_ascii=False).encode()) + 1 for i in items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +98,7 @@ class CheckpointStore:
         self.session_id = check_id(SESSION_PREFIX + name, "exporter name")
         self._seq: int | None = None
         self._checked = False  # the session was seen to be this exporter's
-        self._base: tuple[int, int, Turns] | None = None  # (first seq, last seq, its turns)
+        self._base: tuple[int, int, Items, int] | None = None  # (first, last seq, items, size)
         self._spent = 0  # about the bytes of the changes written since that base
 
     @property
@@ -131,17 +142,23 @@ class CheckpointStore:
         try:
             first, end = (int(seq) for seq in payload["base"])
             if unchanged and known is not None and known[:2] == (first, end):
-                base, spent = known[2], self._spent  # this store's: no need to read it again
+                base, spent = known, self._spent  # this store's: no need to read it again
             else:
-                base, spent = self._read_base(first, end), None
-            turns = (base - _pairs(payload.get("closed", ()))) | set(checkpoint.turns)
+                items = self._read_base(first, end)
+                base, spent = (first, end, items, _size(items)), None
+            closed = _items(payload.get("closed", ()), payload.get("closed_tasks", ()))
+            opened = _items(checkpoint.turns, (t.to_list() for t in checkpoint.tasks))
+            now = (base[2] - closed) | opened
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"not an exporter checkpoint: {exc}") from exc
-        self._base = (first, end, base)
-        self._spent = _size(base ^ turns) if spent is None else spent
-        return Checkpoint(checkpoint.position, tuple(sorted(turns)), checkpoint.tasks)
+        self._base = base
+        self._spent = _size(base[2] ^ now) if spent is None else spent
+        turns, tasks = _lists(now)
+        return Checkpoint.from_payload(
+            {"position": checkpoint.position, "turns": turns, "tasks": tasks}
+        )
 
-    def _read_base(self, first: int, end: int) -> Turns:
+    def _read_base(self, first: int, end: int) -> Items:
         parts: list[Any] = []  # the journal's events
         while len(parts) < end - first + 1:
             after = first - 1 + len(parts)
@@ -151,7 +168,9 @@ class CheckpointStore:
             parts += page
         if len(parts) != end - first + 1 or any(e.type != OPEN_TURNS_TYPE for e in parts):
             raise ValueError(f"seqs {first}..{end} are not a base of open turns")
-        return frozenset().union(*(_pairs(e.payload["turns"]) for e in parts))
+        return frozenset().union(
+            *(_items(e.payload.get("turns", ()), e.payload.get("tasks", ())) for e in parts)
+        )
 
     def save(
         self, position: str | None, turns: Iterable[tuple[str, int]], tasks: Sequence[OpenTask]
@@ -164,23 +183,23 @@ class CheckpointStore:
         payload = checkpoint.to_payload()
         events: list[dict[str, Any]] = []
         base = self._base
-        now = frozenset(checkpoint.turns)
+        now = _items(payload["turns"], payload["tasks"])
         budget = self.journal.max_payload_bytes // 2
         spent = 0
-        if len(now) <= INLINE_TURNS and _size(now) <= budget:
+        if len(now) <= INLINE_ITEMS and _size(now) <= budget:
             base = None
-        elif base is None or self._spent + _size(now ^ base[2]) > min(_size(base[2]), budget):
+        elif base is None or self._spent + _size(now ^ base[2]) > min(base[3], budget):
             # A new base once the changes written since the last one outweigh it: what goes to
-            # the journal stays within twice what the open turns themselves take.
-            events = [{"type": OPEN_TURNS_TYPE, "payload": {"turns": p}} for p in self._parts(now)]
-            base = (self._seq + 1, self._seq + len(events), now)
-            spent = 0
+            # the journal stays within twice what the open turns and tasks themselves take.
+            parts = self._parts(now)
+            events = [{"type": OPEN_TURNS_TYPE, "payload": part} for part in parts]
+            base = (self._seq + 1, self._seq + len(events), now, _size(now))
         else:
             spent = self._spent + _size(now ^ base[2])
         if base is not None:
             payload["base"] = [base[0], base[1]]
-            payload["turns"] = [list(t) for t in sorted(now - base[2])]
-            payload["closed"] = [list(t) for t in sorted(base[2] - now)]
+            payload["turns"], payload["tasks"] = _lists(now - base[2])
+            payload["closed"], payload["closed_tasks"] = _lists(base[2] - now)
         events.append({"type": CHECKPOINT_TYPE, "payload": payload})
         try:
             written = self.journal.append_many(self.session_id, events, expected_seq=self._seq)
@@ -192,16 +211,20 @@ class CheckpointStore:
         self._seq, self._base, self._spent = written[-1].seq, base, spent
         return checkpoint
 
-    def _parts(self, turns: Turns) -> list[list[list[Any]]]:
-        """The base's turns in parts of under half the journal's payload limit each."""
+    def _parts(self, items: Items) -> list[dict[str, list[list[Any]]]]:
+        """A base's turns and tasks, in parts of under half the journal's payload limit each."""
         budget = self.journal.max_payload_bytes // 2
-        parts: list[list[list[Any]]] = [[]]
+        chunks: list[list[Item]] = [[]]
         size = 0
-        for sid, seq in sorted(turns):
-            item = _size([(sid, seq)])
-            if parts[-1] and size + item > budget:
-                parts.append([])
+        for item in sorted(items, key=repr):
+            weight = _size([item])
+            if chunks[-1] and size + weight > budget:
+                chunks.append([])
                 size = 0
-            parts[-1].append([sid, seq])
-            size += item
+            chunks[-1].append(item)
+            size += weight
+        parts = []
+        for chunk in chunks:
+            turns, tasks = _lists(chunk)
+            parts.append({"turns": turns, "tasks": tasks})
         return parts
