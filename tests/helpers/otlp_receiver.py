@@ -57,13 +57,18 @@ def _value(value: AnyValue) -> Any:
 
 
 class Receiver:
-    """Spans received so far (`spans`), and how many requests to refuse next (`refuse`)."""
+    """Spans received so far (`spans`), how many requests to refuse next (`refuse`), the largest
+    body it takes (`max_body`), and a
+    redirect to answer every request with (`redirect`: status and location; a GET anywhere but
+    /v1/traces gets a 200 page, as a proxy's sign-in page would)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.spans: list[Received] = []
         self.requests = 0
         self.refuse = 0
+        self.redirect: tuple[int, str] | None = None
+        self.max_body = 20 * 1024 * 1024  # what the OpenTelemetry Collector takes by default
         self.url = ""
 
     def take(self, body: bytes) -> None:
@@ -109,8 +114,19 @@ class Receiver:
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.path != "/v1/traces":
+            length = int(self.headers.get("Content-Length", "0"))
+            if length > receiver.max_body:
+                self.send_error(413, "request body too large")
+                return
+            body = self.rfile.read(length)
+            if receiver.redirect is not None and self.path == "/v1/traces":
+                status, location = receiver.redirect
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path not in ("/v1/traces", "/v2/traces"):
                 self.send_error(404)
                 return
             with receiver.lock:
@@ -128,6 +144,14 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
             self.wfile.write(reply)
+
+        def do_GET(self) -> None:
+            page = b"<html>sign in</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

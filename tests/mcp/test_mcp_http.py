@@ -123,3 +123,35 @@ def test_writes_only_when_served_with_them(tmp_path: Path) -> None:
         running.stop()
     with Journal.open(db, tenant="acme") as journal:
         assert [s.title for s in journal.sessions()] == ["over http"]
+
+
+def test_an_mcp_session_is_only_its_tenants(keyed: tuple[RunningServer, str]) -> None:
+    # Another tenant's key with acme's session id must not post into that session, nor open its
+    # stream, where acme's subscriptions are notified (with acme's session ids).
+    running, _ = keyed
+    url = f"{running.base_url}/mcp"
+    accept = {"Accept": "application/json, text/event-stream"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"},
+        },
+    }
+    opened = httpx.post(url, json=hello, headers={**accept, **running.headers("acme")})
+    assert opened.status_code == 200
+    session = {
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-06-18",
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    as_beta = {**accept, **session, **running.headers("beta")}
+    assert httpx.post(url, json=listing, headers=as_beta).status_code == 404
+    with httpx.stream("GET", url, headers=as_beta, timeout=10.0) as stream:
+        assert stream.status_code == 404
+    as_acme = {**accept, **session, **running.headers("acme")}
+    assert httpx.post(url, json=listing, headers=as_acme).status_code == 200
+    assert httpx.delete(url, headers=as_acme).status_code == 200

@@ -94,3 +94,28 @@ def test_a_listener_cannot_follow_another_tenants_session(journal: Journal) -> N
                 pass
 
     served(journal, "beta", check)
+
+
+@pytest.mark.parametrize("until", ["²", "①", "٣", "+3", " 3", "3 ", "-1", "3.0", ""])
+def test_a_prompt_until_not_a_seq_is_invalid_params(journal: Journal, until: str) -> None:
+    # str.isdigit() holds for "²" and "①", which int() refuses, and for "٣", which it reads as 3.
+    sid = seed(journal)
+
+    async def check(client: Client) -> None:
+        with pytest.raises(MCPError, match="until must be a seq") as raised:
+            await client.get_prompt("continue_session", {"session_id": sid, "until": until})
+        assert raised.value.error.code == -32602  # invalid params, not an internal error
+
+    served(journal, "acme", check)
+
+
+@pytest.mark.parametrize("suffix", ["\n", "/json\n"])
+def test_a_resource_uri_with_a_trailing_newline_is_not_ours(journal: Journal, suffix: str) -> None:
+    sid = seed(journal)
+
+    async def check(client: Client) -> None:
+        with pytest.raises(MCPError) as raised:
+            await client.read_resource(f"agentjournal://sessions/{sid}{suffix}")
+        assert raised.value.error.code == -32002  # resource not found
+
+    served(journal, "acme", check)

@@ -151,3 +151,35 @@ def test_a_missing_database_is_refused_and_not_created(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_redirect_that_drops_the_spans_is_a_failed_export(
+    db_path: Path, receiver: Receiver, status: int
+) -> None:
+    # HTTP clients follow these redirects with a GET and no body: a 200 there (a proxy's sign-in
+    # page) must not count as delivered, or the checkpoint would move past spans never received.
+    agent = build()
+    with Journal.open(db_path) as journal:
+        agent.run_turn(journal, agent.create_session(journal).session_id, QUERY_ORDERS)
+    receiver.redirect = (status, "/sign-in")
+    failed = run(*command(str(db_path), receiver.url))
+    assert failed.returncode != 0
+    assert "Traceback" not in failed.stderr
+    assert f"redirect ({status})" in failed.stderr
+    assert receiver.spans == []
+    receiver.redirect = None
+    done = run(*command(str(db_path), receiver.url, "--json"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["spans"] == 4
+    assert len(receiver.unique()) == 4
+
+
+def test_a_redirect_that_keeps_the_request_is_followed(db_path: Path, receiver: Receiver) -> None:
+    agent = build()
+    with Journal.open(db_path) as journal:
+        agent.run_turn(journal, agent.create_session(journal).session_id, QUERY_ORDERS)
+    receiver.redirect = (308, "/v2/traces")  # the same POST, body and all, elsewhere
+    done = run(*command(str(db_path), receiver.url, "--json"))
+    assert done.returncode == 0, done.stderr
+    assert len(receiver.unique()) == 4

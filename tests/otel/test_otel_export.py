@@ -5,6 +5,8 @@ a receiver that refuses a batch."""
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -15,9 +17,10 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 from agentjournal import Conflict, Event, Journal
 from agentjournal.demo.order_agent import QUERY_ORDERS, build
-from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, CheckpointStore
+from agentjournal.otel.checkpoint import CHECKPOINT_TYPE, OPEN_TURNS_TYPE, CheckpointStore
 from agentjournal.otel.exporter import ExportFailed, FeedExporter
 from agentjournal.otel.spans import span_id, trace_id
+from agentjournal.otel.turns import OpenTask
 from agentjournal.runtime import Agent, ModelReply, RequestedCall, Tool
 from helpers.otlp_receiver import Receiver, otlp_receiver
 
@@ -309,3 +312,105 @@ def test_bad_options_are_refused_with_nothing_written(
     with pytest.raises(InvalidArgument):
         FeedExporter(journal, InMemorySpanExporter(), **options).run(poll_interval=poll)
     assert journal.sessions() == []
+
+
+def test_many_turns_that_never_end_keep_the_checkpoint_small(
+    journal_url: str, receiver: Receiver
+) -> None:
+    # Abandoned turns stay named until they end; their list must neither outgrow the payload
+    # limit (the export would stop for good) nor be written whole with every checkpoint.
+    stale = [f"stale-{i:03d}-" + "x" * 100 for i in range(200)]  # ~24 kB of open turns
+    with Journal.open(journal_url, max_payload_bytes=16_384) as journal:
+        for sid in stale:
+            journal.create_session("abandoned", session_id=sid, model="m")
+            journal.append(sid, "user_message", {"content": "anyone there?"})
+        first = export(journal, receiver)
+        assert (first.spans, first.open_turns) == (0, 200)
+        live = journal.create_session("live", model="m").session_id
+        for _ in range(3):
+            journal.append(live, "user_message", {"content": "q"})
+            journal.append(live, "assistant_message", {"content": "a"})
+            assert export(journal, receiver).spans == 2
+        checkpoints = [
+            e for e in session_events(journal, "otel-export.default") if e.type == CHECKPOINT_TYPE
+        ]
+        assert all(len(json.dumps(e.payload)) < 2_000 for e in checkpoints[-3:])
+        for sid in stale[:3]:
+            journal.append(sid, "assistant_message", {"content": "sorry, here now"})
+        resumed = export(journal, receiver)  # a new exporter: the open turns come back
+        assert (resumed.spans, resumed.open_turns) == (6, 197)
+        assert CheckpointStore(journal, "default").load().turns == tuple(
+            (sid, 2) for sid in stale[3:]
+        )
+    roots = [s for s in receiver.unique().values() if s.name == "invoke_agent"]
+    assert sorted(s.attributes["gen_ai.conversation.id"] for s in roots) == sorted(
+        [live] * 3 + stale[:3]
+    )
+
+
+def test_large_captured_content_is_sent_in_requests_a_receiver_takes(
+    journal: Journal, receiver: Receiver
+) -> None:
+    # 64 turns of 100 kB answers are 13 MB of content attributes; one request of them would be
+    # refused (413) every time, and the export would never get past it.
+    receiver.max_body = 5 * 1024 * 1024
+    sid = journal.create_session("long answers", model="m").session_id
+    for i in range(64):
+        journal.append(sid, "user_message", {"content": f"chapter {i}?"})
+        journal.append(sid, "assistant_message", {"content": "é" * 50_000 + f" {i}"})
+    report = export(journal, receiver, capture_content=True)
+    assert report.spans == 128
+    assert len(receiver.unique()) == 128
+    assert receiver.requests > 1
+
+
+def test_the_open_turns_and_tasks_read_back_are_those_saved_through_bases_and_changes(
+    journal_url: str,
+) -> None:
+    # Turns and tasks opened and closed at random, saved by one store (sometimes a new one, as
+    # after a restart), read back whole by another: inline lists, bases in parts, and changes.
+    rng = random.Random(7)
+    with Journal.open(journal_url, max_payload_bytes=4096) as journal:
+        store = CheckpointStore(journal, "default")
+        turns: set[tuple[str, int]] = set()
+        tasks: dict[str, OpenTask] = {}
+        for step in range(300):
+            draw, sid = rng.random(), f"s{rng.randrange(10**6)}-" + "y" * rng.randrange(60)
+            if draw < 0.4:
+                turns.add((sid, rng.randrange(1, 10**9)))
+            elif draw < 0.7:
+                seq = rng.randrange(1, 10**9)
+                parent = rng.choice([(None, None), ("invoke_agent", seq - 1), ("task", seq - 2)])
+                task = OpenTask(sid, f"t{step}", "jobs.é", seq, 1_700_000_000_000, "r", *parent)
+                tasks[task.task_id] = task
+            elif draw < 0.85 and turns:
+                turns.discard(rng.choice(sorted(turns)))
+            elif tasks:
+                del tasks[rng.choice(sorted(tasks))]
+            store.save(str(step), turns, list(tasks.values()))
+            if rng.random() < 0.3:
+                store = CheckpointStore(journal, "default")
+            loaded = CheckpointStore(journal, "default").load()
+            assert (set(loaded.turns), set(loaded.tasks)) == (turns, set(tasks.values()))
+        assert len(turns) + len(tasks) > 100
+        kinds = {e.type for e in session_events(journal, "otel-export.default")}
+        assert OPEN_TURNS_TYPE in kinds
+
+
+def test_many_tasks_that_never_end_keep_the_checkpoint_small(
+    journal_url: str, receiver: Receiver
+) -> None:
+    # A queue's backlog: tasks created and not taken yet stay in every checkpoint, like turns.
+    with Journal.open(journal_url, max_payload_bytes=16_384) as journal:
+        sid = journal.create_session("jobs").session_id
+        made = [journal.create_task(sid, "nightly.report").task_id for _ in range(200)]
+        first = export(journal, receiver)
+        assert (first.spans, first.open_tasks) == (0, 200)
+        last = journal.events("otel-export.default", last=1)[0]
+        assert len(json.dumps(last.payload)) < 2_000
+        for task_id in made[:3]:
+            journal.cancel_task(task_id)
+        resumed = export(journal, receiver)  # a new exporter: the open tasks come back
+        assert (resumed.spans, resumed.open_tasks) == (3, 197)
+    names = sorted(s.name for s in receiver.unique().values())
+    assert names == ["task nightly.report"] * 3

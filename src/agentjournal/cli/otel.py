@@ -112,9 +112,7 @@ def otel_export(
         "opentelemetry.exporter.otlp.proto.http.trace_exporter",
         "agentjournal.otel.exporter",
     )
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    from agentjournal.otel.exporter import FeedExporter, exporter_resource
+    from agentjournal.otel.exporter import FeedExporter, exporter_resource, otlp_http_exporter
 
     url = traces_url(otlp_endpoint)
     stop = threading.Event()
@@ -126,7 +124,7 @@ def otel_export(
         if as_json:
             print_json({"batch": spans, "spans": sent})
 
-    span_exporter = OTLPSpanExporter(endpoint=url)
+    span_exporter = otlp_http_exporter(url)
     try:
         with ExitStack() as stack:
             stack.enter_context(_stop_on_signals(stop))
@@ -144,7 +142,7 @@ def otel_export(
             )
             report = exporter.run(follow=follow, stop=stop, on_batch=on_batch)
     finally:
-        span_exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it untyped
+        span_exporter.shutdown()
     summary = {
         "events": report.events,
         "spans": report.spans,

@@ -193,12 +193,11 @@ def serve(
 
 
 def _start_export(journal: Journal, endpoint: str, capture_content: bool) -> BackgroundExport:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
     from agentjournal.otel.background import BackgroundExport
+    from agentjournal.otel.exporter import otlp_http_exporter
 
     export = BackgroundExport(
-        journal, OTLPSpanExporter(endpoint=endpoint), capture_content=capture_content
+        journal, otlp_http_exporter(endpoint), capture_content=capture_content
     )
     export.start()
     return export

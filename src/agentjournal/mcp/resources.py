@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 PREFIX = "agentjournal://sessions/"
-_URI = re.compile(r"^agentjournal://sessions/([^/]{1,128})(/json)?$")
+_URI = re.compile(r"agentjournal://sessions/([^/]{1,128})(/json)?")  # fullmatch: no "\n"
 RESOURCE_PAGE = 50
 TRANSCRIPT_MESSAGES = 500  # the newest messages a transcript resource shows
 RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
@@ -67,7 +67,7 @@ PROMPTS = [
 
 def session_of(uri: str) -> tuple[str, bool]:
     """(session id, as JSON) of one of our URIs; MCPError for any other."""
-    match = _URI.match(uri)
+    match = _URI.fullmatch(uri)
     if match is None:
         raise MCPError(RESOURCE_NOT_FOUND, f"no resource {uri[:200]!r}: {PREFIX}<session id>")
     return match[1], match[2] is not None
@@ -153,7 +153,7 @@ async def get_prompt(
     try:
         if session_id is None:
             raise InvalidArgument("continue_session needs session_id")
-        if until is not None and not until.isdigit():
+        if until is not None and not (until.isascii() and until.isdigit()):  # not "²", "٣"
             raise InvalidArgument(f"until must be a seq (a positive integer), got {until!r:.40}")
         replayed = await journal.replay(session_id, until=None if until is None else int(until))
     except JournalError as exc:

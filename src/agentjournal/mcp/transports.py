@@ -10,6 +10,8 @@ from typing import Any
 
 import mcp.types as types
 from mcp.server import ServerRequestContext
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -67,6 +69,13 @@ class HttpEndpoint:
         self._manager = StreamableHTTPSessionManager(self.server, security_settings=security)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tenant = scope.get(TENANT_SCOPE_KEY)
+        if isinstance(tenant, str):
+            # The SDK binds an MCP session to the user of the request that opened it and answers
+            # 404 to any other: another tenant's key with this session's id can neither post
+            # into it nor open its stream, where this tenant's subscriptions are notified.
+            principal = AccessToken(token="", client_id=f"tenant:{tenant}", scopes=[])
+            scope["user"] = AuthenticatedUser(principal)
         await self._manager.handle_request(scope, receive, send)
 
     @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,12 +30,22 @@ from agentjournal.otel.checkpoint import SESSION_PREFIX, Checkpoint, CheckpointS
 from agentjournal.otel.spans import SessionInfo, SpanRecord, task_span, turn_spans
 from agentjournal.otel.turns import TURN_TYPES, FinishedTask, SessionFold, Turn
 
-__all__ = ["ExportFailed", "ExportReport", "FeedExporter", "exporter_resource", "to_readable"]
+__all__ = [
+    "ExportFailed",
+    "ExportReport",
+    "FeedExporter",
+    "exporter_resource",
+    "otlp_http_exporter",
+    "to_readable",
+]
 
 log = logging.getLogger("agentjournal.otel")
 
 PAGE_SIZE: Final = 500  # feed events read per round trip
 BATCH_SPANS: Final = 512  # spans per export call
+# About the bytes of one export call at most (captured content can make a span large): well under
+# the 20 MiB the OpenTelemetry Collector takes by default, so no batch is refused for its size.
+BATCH_BYTES: Final = 4 * 1024 * 1024
 # Feed events read without a span to send before the checkpoint moves anyway (so that a restart
 # does not read them again); a checkpoint is one small event in the journal.
 CHECKPOINT_EVERY: Final = 5_000
@@ -68,6 +78,29 @@ def exporter_resource(tenant: str, name: str, service_name: str = "agentjournal"
     the same batch; `OTEL_RESOURCE_ATTRIBUTES` may add to it."""
     instance = f"{tenant}/{SESSION_PREFIX}{name}"
     return Resource.create({"service.name": service_name, "service.instance.id": instance})
+
+
+def otlp_http_exporter(url: str) -> SpanExporter:
+    """The SDK's OTLP/HTTP span exporter to the traces `url`, over an HTTP session that refuses
+    a redirect its client would follow with a GET (301, 302, 303): the spans would be dropped on
+    the way and a 200 from wherever it landed (a proxy's sign-in page) taken for the receiver's
+    confirmation, so the checkpoint would move past spans never received. 307 and 308, which
+    send the same request again, are followed."""
+    import requests
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    def refuse_lossy_redirect(response: requests.Response, *args: object, **kwargs: object) -> None:
+        if response.is_redirect and response.status_code not in (307, 308):
+            raise requests.exceptions.RequestException(
+                f"the OTLP endpoint {url} answered with a redirect ({response.status_code}) to"
+                f" {response.headers.get('Location')!r}, which would drop the spans: give the"
+                " URL it redirects to",
+                response=response,
+            )
+
+    session = requests.Session()
+    session.hooks["response"].append(refuse_lossy_redirect)
+    return OTLPSpanExporter(endpoint=url, session=session)
 
 
 def to_readable(span: SpanRecord, resource: Resource) -> ReadableSpan:
@@ -269,8 +302,8 @@ class FeedExporter:
         on_batch: Callable[[int], None] | None,
     ) -> bool:
         """Deliver every span (in batches); False if `stop` came while the receiver was down."""
-        for start in range(0, len(spans), BATCH_SPANS):
-            batch = [to_readable(s, self.resource) for s in spans[start : start + BATCH_SPANS]]
+        for records in _batches(spans):
+            batch = [to_readable(s, self.resource) for s in records]
             while self.span_exporter.export(batch) is not SpanExportResult.SUCCESS:
                 if not follow:
                     raise ExportFailed(
@@ -325,6 +358,30 @@ class FeedExporter:
             if self._info(task.session_id) is not None:
                 fold = self._folds.setdefault(task.session_id, SessionFold(task.session_id))
                 fold.tasks[task.task_id] = task
+
+
+def _weight(span: SpanRecord) -> int:
+    """About the bytes `span` takes in a request: its name and attributes, and some overhead."""
+    size = 100 + len(span.name.encode())
+    for key, value in span.attributes.items():
+        size += len(key) + len(str(value).encode())
+    return size
+
+
+def _batches(spans: list[SpanRecord]) -> Iterator[list[SpanRecord]]:
+    """`spans` in order, in batches of at most BATCH_SPANS spans and about BATCH_BYTES (a span
+    larger than that alone)."""
+    batch: list[SpanRecord] = []
+    size = 0
+    for span in spans:
+        weight = _weight(span)
+        if batch and (len(batch) == BATCH_SPANS or size + weight > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(span)
+        size += weight
+    if batch:
+        yield batch
 
 
 def check_positive(name: str, value: object, *, whole: bool = False) -> None:
