@@ -106,10 +106,9 @@ def test_a_target_restarted_and_crashed_mid_run_ends_with_every_event_once(
         assert child.returncode == 0, stderr
         assert writer.failure is None
         assert cluster.restarts == len(modes)
+        # After every restart the replicator applied batches again (its lost connections
+        # replaced, by the library's own retries or after the replicator's backoff).
         assert all(applied_between), (applied_between, stderr)
-        # The restarts reached the replicator: connections lost, writes and rounds retried
-        # (by the library's own retries, or by the replicator's backoff).
-        assert "retrying" in stderr, stderr
         assert "superuser" not in stderr
         summary = json.loads(out.lines[-1])
         assert summary["events_read"] > 0
