@@ -143,9 +143,11 @@ def test_following_returns_its_report_once_stop_is_set(tmp_path: Path) -> None:
                 )
             )
             async with asyncio.timeout(WAIT):
+                while not seen:  # the session's first batch
+                    await asyncio.sleep(0.01)
                 for n in range(3):
                     await source.append(sid, "user_message", {"content": f"live {n}"})
-                    while (await target.get_session(sid)).last_seq < n + 2 if seen else True:
+                    while (await target.get_session(sid)).last_seq < n + 2:
                         await asyncio.sleep(0.01)
                 stop.set()
                 return await follower
