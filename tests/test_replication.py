@@ -505,3 +505,34 @@ def test_the_targets_own_write_to_a_replicated_session_is_not_a_divergence(
     assert list(report.stopped) == [sid]
     assert again.events_read == 0
     assert target.get_session(sid).status == "archived"
+
+
+@pytest.mark.parametrize("hub_kind", ["sqlite", "postgres"])
+def test_a_copy_diverging_in_a_session_long_inactive_is_refused(
+    tmp_path: Path, hub_kind: str
+) -> None:
+    # The start-up check covers every session the target holds of the source, not only the
+    # most recently active ones: here 150 sessions were active after the one that differs.
+    with ExitStack() as stack:
+        hub_url = open_url(hub_kind, tmp_path, "hub", stack)
+        with Journal.open(tmp_path / "a.db") as a, Journal.open(hub_url) as hub:
+            old = a.create_session("old history").session_id
+            backup(tmp_path / "a.db", tmp_path / "b.db")
+            a.append(old, "user_message", {"content": "from a"})
+            for n in range(150):
+                a.create_session(f"newer {n}")
+            replicate(a, hub, batch_size=1000)
+            recent = {s.session_id for s in hub.sessions(status="all", limit=100)}
+            assert old not in recent
+            before = feed(hub)
+            with Journal.open(tmp_path / "b.db") as b:
+                # The copy's own history, at positions the target has passed (and past them,
+                # so that its feed does not end early).
+                b.append(old, "user_message", {"content": "from b"})
+                for n in range(200):
+                    b.create_session(f"b's own {n}")
+                with pytest.raises(SourceDiverged, match=f"session {old} holds a different"):
+                    replicate(b, hub)
+            assert feed(hub) == before
+            a.append(old, "user_message", {"content": "a again"})
+            assert replicate(a, hub).appended == 1

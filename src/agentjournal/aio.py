@@ -4,24 +4,27 @@ Each verb runs the sync verb on a worker thread, so there is one implementation 
 concurrent coroutines meet in the same group commit as threads do. Those forwarding verbs are
 generated from `Journal` (aio_verbs.py, by scripts/gen_aio.py); what is written here is the
 lifecycle and the live streams. Waiting for live events does not hold a thread: `subscribe` sleeps
-on the commit signal in the event loop.
+on the commit signal in the event loop. `replicate` is the module-level verb's twin: the sync
+replicator's rounds on a thread of its own, stopped between batches when its task is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from agentjournal import live
+from agentjournal import live, replication
 from agentjournal.aio_verbs import AsyncVerbs
 from agentjournal.events import DEFAULT_MAX_PAYLOAD_BYTES, Event
 from agentjournal.journal import Durability, Journal
+from agentjournal.replication import DEFAULT_BATCH, BatchReport, ReplicationReport
 
-__all__ = ["AsyncJournal"]
+__all__ = ["AsyncJournal", "replicate"]
 
 
 class AsyncJournal(AsyncVerbs):
@@ -120,3 +123,83 @@ class AsyncJournal(AsyncVerbs):
                 yield event
             if stream.waits:
                 await signal.wait_async(seen, poll_interval)
+
+
+async def replicate(
+    source: AsyncJournal | Journal | str | Path,
+    target: AsyncJournal | Journal | str | Path,
+    *,
+    tenant: str | None = None,
+    source_tenant: str = "default",
+    batch_size: int = DEFAULT_BATCH,
+    follow: bool = False,
+    stop: asyncio.Event | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    on_error: Callable[[BaseException, float], None] | None = None,
+    poll_interval: float = 0.1,
+) -> ReplicationReport:
+    """As `agentjournal.replicate`, without blocking the event loop: the replicator runs on a
+    thread of its own (a follower holds it until stopped), and `on_batch` and `on_error` are
+    called in the event loop, in order, as the sync ones are called on that thread.
+
+    With `follow`, it returns its report once `stop` is set. Cancelling the task stops it too,
+    between batches: the batch in flight commits (or not, whole), the thread ends, and then
+    `CancelledError` is raised. The next call resumes from the target's position either way."""
+    loop = asyncio.get_running_loop()
+    halt = threading.Event()
+
+    def in_loop(callback: Callable[..., None] | None) -> Callable[..., None] | None:
+        if callback is None:
+            return None
+
+        def call(*args: object) -> None:
+            loop.call_soon_threadsafe(callback, *args)
+
+        return call
+
+    def work() -> ReplicationReport:
+        return replication.replicate(
+            _sync(source),
+            _sync(target),
+            tenant=tenant,
+            source_tenant=source_tenant,
+            batch_size=batch_size,
+            follow=follow,
+            stop=halt,
+            on_batch=in_loop(on_batch),
+            on_error=in_loop(on_error),
+            poll_interval=poll_interval,
+        )
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="agentjournal-replicate")
+    running = loop.run_in_executor(pool, work)
+    watcher = None if stop is None else loop.create_task(_set_when(stop, halt))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        halt.set()
+        while not running.done():  # cancelled again meanwhile: still wait for the thread
+            try:
+                await asyncio.shield(running)
+            except asyncio.CancelledError:
+                continue
+            except Exception:
+                break  # stopping, not reporting: its error is not what the caller asked for
+        raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        if not running.done():  # the coroutine closed unawaited (its loop shutting down)
+            halt.set()
+        # Once the replicator returned, its thread only has to end: joined, so that no thread
+        # of it outlives the call.
+        pool.shutdown(wait=running.done())
+
+
+async def _set_when(stop: asyncio.Event, halt: threading.Event) -> None:
+    await stop.wait()
+    halt.set()
+
+
+def _sync(journal: AsyncJournal | Journal | str | Path) -> Journal | str | Path:
+    return journal.journal if isinstance(journal, AsyncJournal) else journal

@@ -52,7 +52,6 @@ HELD_BACK: Final = (
     "the source's feed is held back by a long transaction: events or purges are committed that"
     " it does not show yet; end it and run again"
 )
-HISTORY_CHECKED: Final = 100  # the target's most recently active sessions checked at start
 
 
 @dataclass
@@ -244,34 +243,36 @@ class _Replicator:
         )
 
     def check_history(self, expected: ReplicationProgress) -> None:
-        """Refuse a source whose history is not what the target applied of it: the target's
-        most recently active sessions from this source must hold, at the last seq both have,
+        """Refuse a source whose history is not what the target applied of it: every session of
+        the target that still takes this source's events must hold, at the last seq both have,
         the same event as the source; and if the source's feed ends before the position the
-        target applied, none of those sessions may be longer in the target or missing at the
-        source (other than by a purge still to follow). Run once, before the first round."""
+        target applied, none of them may be longer in the target or missing at the source
+        (other than by a purge still to follow). Run once, before the first round: a few reads
+        per such session, never the sessions' events."""
         if not expected.position:
             return
-        recent = self.target.sessions(status="all", limit=HISTORY_CHECKED)
         # Sessions still taking this source's events (a stopped one may end in the target's
         # own writes, which is why it stopped).
         taking = self.target.replicated_sessions(source_id=self.source_id, state="ok")
-        ok = {r.session_id for r in taking}
-        mine = [s for s in recent if s.session_id in ok]
-        if not mine:
+        if not taking:
             return
         purge_after = expected.purge_position or None
-        pending: set[str] = set()
+        pending: set[str] | None = None
         head = self.source.feed_head()
         applied = self.source.position_key(expected.position)
         behind = head is None or self.source.position_key(head) < applied
-        for session in mine:
-            sid = session.session_id
+        for fate in taking:
+            sid = fate.session_id
+            try:
+                session = self.target.get_session(sid)
+            except SessionNotFound:
+                continue  # purged in the target since: nothing of it to compare
             try:
                 theirs = self.source.get_session(sid)
             except SessionNotFound:
                 # Purged at the source and not followed yet (read again: it may be a purge
                 # committed since), or, with a feed ending early, lost with an old backup.
-                if sid not in pending:
+                if pending is None or sid not in pending:
                     pending = self.purged_since(purge_after)
                 if sid in pending or not behind:
                     continue

@@ -601,7 +601,9 @@ class PostgresStorage:
         tx, event_id = decode_position(after)
         rows = self._read(
             tenant,
-            "SELECT tx::text, event_id FROM events WHERE tenant = %s"
+            # `AS tx_text`: a bare `tx::text` is named "tx", and ORDER BY tx would sort it as text
+            # (postgres_rows.py, EVENT_COLUMNS).
+            "SELECT tx::text AS tx_text, event_id FROM events WHERE tenant = %s"
             " AND (tx, event_id) > (%s::text::xid8, %s) ORDER BY tx DESC, event_id DESC LIMIT 1",
             (tenant, str(tx), event_id),
         )
@@ -843,7 +845,7 @@ class PostgresStorage:
         # As the feed: only purges of transactions below the oldest one still running.
         rows = self._read(
             tenant,
-            "SELECT tx::text, purge_id, session_id, purged_by, purged_at, event_count"
+            "SELECT tx::text AS tx_text, purge_id, session_id, purged_by, purged_at, event_count"
             " FROM purge_audit WHERE tenant = %s AND pending IS NULL"
             " AND (tx, purge_id) > (%s::text::xid8, %s)"
             " AND tx < pg_snapshot_xmin(pg_current_snapshot())"
@@ -859,7 +861,8 @@ class PostgresStorage:
         tx, purge_id = decode_position(after)
         rows = self._read(
             tenant,
-            "SELECT tx::text, purge_id FROM purge_audit WHERE tenant = %s AND pending IS NULL"
+            "SELECT tx::text AS tx_text, purge_id FROM purge_audit"
+            " WHERE tenant = %s AND pending IS NULL"
             " AND (tx, purge_id) > (%s::text::xid8, %s) ORDER BY tx DESC, purge_id DESC LIMIT 1",
             (tenant, str(tx), purge_id),
         )
