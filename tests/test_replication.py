@@ -18,7 +18,7 @@ import pytest
 from agentjournal import Journal, ReplicationReport, replicate
 from agentjournal.backends import ReplicatedSession
 from agentjournal.errors import Conflict, InvalidArgument, SessionNotFound, SourceDiverged
-from agentjournal.replication import BatchReport, _Replicator
+from agentjournal.replication import CATCH_UP_SECONDS, MAX_BATCH, BatchReport, _Replicator
 from agentjournal.replication_apply import ReplicationBatch
 from agentjournal.transfer import committed_events
 from expected import settled_feed, settled_purges
@@ -80,10 +80,15 @@ def fates(journal: Journal) -> dict[str, str]:
 def test_a_rich_journal_replicates_as_if_appended_there(source: Journal, target: Journal) -> None:
     session_ids = build_rich(source)
 
-    report = replicate(source, target, batch_size=7)
+    batches: list[BatchReport] = []
+    report = replicate(source, target, batch_size=7, on_batch=batches.append)
 
     assert report.events_read == report.appended == len(feed(source))
-    assert report.batches == -(-report.events_read // 7)
+    # Catching up, batches start at batch_size and may grow (never shrink below it).
+    assert report.batches == len(batches) <= -(-report.events_read // 7)
+    assert batches[0].events_read == 7
+    assert all(b.events_read >= 7 for b in batches[:-1])
+    assert sum(b.events_read for b in batches) == report.events_read
     assert (report.conflicts, report.stopped, report.skipped) == ([], {}, 0)
     assert snapshot(target, session_ids) == snapshot(source, session_ids)
     assert per_session(target) == per_session(source)
@@ -97,6 +102,28 @@ def test_a_rich_journal_replicates_as_if_appended_there(source: Journal, target:
     again = replicate(source, target)
     assert (again.batches, again.events_read) == (0, 0)
     assert again.position == report.position
+
+
+def test_batches_grow_while_behind_within_their_time_and_shrink_once_caught_up(
+    source: Journal, target: Journal
+) -> None:
+    replicator = _Replicator(source, target, 10)
+
+    def after(events: int, size: int, seconds: float) -> int:
+        caught_up = events < size
+        report = BatchReport(events, events, 0, 0, [], {}, [], "1", 0, caught_up)
+        replicator.resize(report, size, seconds)
+        return replicator.size
+
+    assert after(10, 10, 0.01) == 20  # full and quick: doubles
+    assert after(20, 20, 0.01) == 40
+    assert after(40, 40, CATCH_UP_SECONDS) == 40  # at its time: stays
+    assert after(40, 40, CATCH_UP_SECONDS * 2) == 20  # too long: halves
+    assert after(20, 20, CATCH_UP_SECONDS * 2) == 10
+    assert after(10, 10, CATCH_UP_SECONDS * 2) == 10  # never below batch_size
+    assert after(8000, 8000, 0.01) == MAX_BATCH
+    assert after(MAX_BATCH, MAX_BATCH, 0.01) == MAX_BATCH
+    assert after(3, MAX_BATCH, 0.01) == 10  # a short page: caught up, small batches again
 
 
 def test_it_resumes_where_the_target_says_without_gap_or_duplicate(

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from agentjournal.arguments import MAX_PAGE, check_id, check_int
-from agentjournal.backends import ReplicationProgress
+from agentjournal.backends import PurgeRecord, ReplicationProgress
 from agentjournal.errors import (
     InvalidArgument,
     JournalError,
@@ -44,6 +45,10 @@ __all__ = ["BatchReport", "ReplicationReport", "replicate"]
 
 DEFAULT_BATCH: Final = 500
 MAX_BATCH: Final = MAX_PAGE
+# Catching up, a batch doubles after each full one whose transaction took under CATCH_UP_SECONDS
+# (halves after one that took longer), up to MAX_BATCH events; a short page (caught up) brings it
+# back to `batch_size`. Fewer, larger commits while behind; small batches, so low lag, when live.
+CATCH_UP_SECONDS: Final = 0.5
 HELD_BACK_WAIT: Final = 30.0  # seconds catch-up waits for a PostgreSQL feed held back
 BACKOFF_FIRST: Final = 0.1  # seconds before the first retry after a failed round
 BACKOFF_MAX: Final = 30.0
@@ -147,6 +152,9 @@ class _Replicator:
                 " replicate between two databases"
             )
         self.report = ReplicationReport(self.source_id, source.tenant, target.tenant)
+        self.size = batch_size  # the next batch's events: grows while catching up
+        self.ahead: Future[_Read] | None = None  # the next page, read while one is applied
+        self.reader: ThreadPoolExecutor | None = None
         # While a batch the database refused is narrowed down: "left", the events still to
         # read one at a time; "culprit", the refusal of the single event read last.
         self.narrowing: dict[str, Any] = {}
@@ -160,6 +168,21 @@ class _Replicator:
         )
 
     def run(
+        self,
+        follow: bool,
+        stop: threading.Event,
+        on_batch: Callable[[BatchReport], None] | None,
+        on_error: Callable[[BaseException, float], None] | None,
+        poll_interval: float,
+    ) -> ReplicationReport:
+        try:
+            return self.rounds(follow, stop, on_batch, on_error, poll_interval)
+        finally:
+            self.drop_ahead()
+            if self.reader is not None:
+                self.reader.shutdown()
+
+    def rounds(
         self,
         follow: bool,
         stop: threading.Event,
@@ -190,6 +213,7 @@ class _Replicator:
                 # The source or the target unreachable (or refusing for a while): nothing of
                 # the round was written; the next one starts again from the target's position.
                 self.narrowing.clear()
+                self.size = self.batch_size
                 failures += 1
                 if not follow and failures >= CATCH_UP_ATTEMPTS:
                     raise
@@ -208,7 +232,8 @@ class _Replicator:
                 if self.narrowing.get("left"):
                     self.narrowing["culprit"] = exc
                 else:
-                    self.narrowing.update(left=self.batch_size, culprit=None)
+                    self.narrowing.update(left=self.size, culprit=None)
+                    self.size = self.batch_size
                 continue
             failures = 0
             if batch is not None:
@@ -322,29 +347,76 @@ class _Replicator:
         """Read one page (and the purges since the last round) and apply it: its report (None
         if there was nothing to read), and after a short page whether the source holds more
         already (committed meanwhile, or held back from its feed by an older transaction on
-        PostgreSQL)."""
-        expected = self.progress()
-        size = 1 if self.narrowing.get("left") else self.batch_size
+        PostgreSQL). Catching up, the next page is read while this one is applied."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            read = ahead.result()
+            # Resized since it was read (at the largest size the batch could grow to).
+            read = read._replace(page=read.page[: self.size], prepared=read.prepared[: self.size])
+            read = read._replace(size=self.size)
+        else:
+            expected = self.progress()
+            size = 1 if self.narrowing.get("left") else self.size
+            read = self.read(expected, size)
+        expected, size, page, purges, prepared = read
+        if not page and not purges:
+            return None, self.holds_more(expected.position, expected.purge_position)
+        culprit = self.narrowing.get("culprit")
+        if culprit is not None and page:
+            prepared = [culprit, *prepared[1:]]  # refused alone too: its session stops here
+        batch = ReplicationBatch(
+            self.source_id, self.source.tenant, expected, page, prepared, purges, size
+        )
+        purge_position = purges[-1].position if purges else expected.purge_position
+        if len(page) == size and not self.narrowing.get("left"):
+            # Behind: read on from where this batch will leave the target, while it is applied
+            # (a read of the source and an apply to the target mostly wait on different I/O).
+            # The page is used only if this batch commits: the next one's transaction checks
+            # the position as every batch's does.
+            after = replace(expected, position=page[-1].position, purge_position=purge_position)
+            self.ahead = self.pool().submit(self.read, after, min(MAX_BATCH, size * 2))
+        try:
+            started = time.monotonic()
+            report = self.target.apply_replication_batch(batch)
+        except BaseException:
+            self.drop_ahead()
+            raise
+        if self.narrowing.get("left"):
+            left = 0 if culprit is not None else self.narrowing["left"] - len(page)
+            self.narrowing.update(left=left, culprit=None)
+        else:
+            self.resize(report, size, time.monotonic() - started)
+        more = not report.caught_up or self.holds_more(report.position, purge_position)
+        return report, more
+
+    def read(self, expected: ReplicationProgress, size: int) -> _Read:
+        """A page of `size` events of the source after `expected`, then its purges after it."""
         page = self.source.events_all(after=expected.position or None, limit=size)
         # Purges read after the page: one that took events the page holds is in this list (or
         # the next round's), and is applied after them.
         purges = self.source.purges(after=expected.purge_position or None, limit=MAX_BATCH)
-        if not page and not purges:
-            return None, self.holds_more(expected.position, expected.purge_position)
-        prepared = [self.prepare(event) for event in page]
-        culprit = self.narrowing.get("culprit")
-        if culprit is not None and page:
-            prepared[0] = culprit  # refused alone too: its session stops here
-        batch = ReplicationBatch(
-            self.source_id, self.source.tenant, expected, page, prepared, purges, size
-        )
-        report = self.target.apply_replication_batch(batch)
-        if self.narrowing.get("left"):
-            left = 0 if culprit is not None else self.narrowing["left"] - len(page)
-            self.narrowing.update(left=left, culprit=None)
-        purge_position = purges[-1].position if purges else expected.purge_position
-        more = not report.caught_up or self.holds_more(report.position, purge_position)
-        return report, more
+        return _Read(expected, size, page, purges, [self.prepare(event) for event in page])
+
+    def pool(self) -> ThreadPoolExecutor:
+        if self.reader is None:
+            self.reader = ThreadPoolExecutor(1, thread_name_prefix="agentjournal-replicate")
+        return self.reader
+
+    def drop_ahead(self) -> None:
+        """Forget the page read ahead (once its read has ended: the source stays unused after
+        a run)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            wait([ahead])
+
+    def resize(self, report: BatchReport, size: int, seconds: float) -> None:
+        """The next batch's size after one of `size` events whose transaction took `seconds`."""
+        if report.caught_up:
+            self.size = self.batch_size
+        elif seconds < CATCH_UP_SECONDS:
+            self.size = min(MAX_BATCH, size * 2)
+        elif seconds > CATCH_UP_SECONDS * 1.5:
+            self.size = max(self.batch_size, size // 2)
 
     def holds_more(self, position: str, purge_position: str) -> bool:
         """Whether the source committed events or purges after these positions (shown yet or,
@@ -365,6 +437,17 @@ class _Replicator:
             )
         except JournalError as exc:
             return exc
+
+
+class _Read(NamedTuple):
+    """A page of the source read after `expected` (`size` asked for), its purges and its
+    events prepared for the target."""
+
+    expected: ReplicationProgress
+    size: int
+    page: Sequence[Event]
+    purges: Sequence[PurgeRecord]
+    prepared: Sequence[PreparedEvent | JournalError]
 
 
 def _event_at(journal: Journal, session_id: str, seq: int) -> tuple[Any, ...]:

@@ -117,7 +117,13 @@ def replicate_(
         typer.Option("--follow", help="Keep going: apply new events as they commit, until Ctrl-C."),
     ] = False,
     batch: Annotated[
-        int, typer.Option("--batch", min=1, max=10_000, help="Events per target transaction.")
+        int,
+        typer.Option(
+            "--batch",
+            min=1,
+            max=10_000,
+            help="Events per target transaction once caught up (larger while behind).",
+        ),
     ] = DEFAULT_BATCH,
     metrics_file: Annotated[
         Path | None,
