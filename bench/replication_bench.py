@@ -10,6 +10,11 @@ sessions is replicated into an empty PostgreSQL journal (`agentjournal.replicate
 `--batch`). Beside it, the same data moved by hand: `export_lines` to a JSON Lines file, then
 `import_lines` into another empty PostgreSQL journal; its events/s counts both steps.
 
+Each side is also timed until its target is settled: `VACUUM (ANALYZE)` of every table of its
+schema, run right after it. A replication commits as it goes, so the server's autovacuum visits
+the growing tables during it (and slows it); an import is one transaction, and leaves that work
+for after its clock stops. "Until settled" counts it on both sides.
+
 Lag: a second, empty edge journal is appended to at `--rate` events/s (one durable append each,
 round-robin over 20 sessions) for `--seconds`, while `agentjournal replicate --follow` runs in
 another process, as on an edge machine; a reader of the central journal's feed polls it every
@@ -35,7 +40,10 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
@@ -53,16 +61,32 @@ def build_edge(path: Path, lines: Path, events: int, sessions: int, seed: int) -
         return import_lines(edge, lambda: lines.open("rb")).events
 
 
-def catch_up(edge: Path, url: str, batch: int) -> dict[str, float]:
+def catch_up(edge: Path, url: str, schema: str, batch: int) -> dict[str, float]:
     with Journal.open(edge) as source, Journal.open(url) as target:
         start = time.perf_counter()
         report = replicate(source, target, batch_size=batch)
         seconds = time.perf_counter() - start
         assert report.appended == report.events_read, report
-    return {"events": report.events_read, "seconds": seconds}
+    settled = seconds + settle(url, schema)
+    return {"events": report.events_read, "seconds": seconds, "settled": settled}
 
 
-def export_import(edge: Path, url: str, work: Path) -> dict[str, float]:
+def settle(url: str, schema: str) -> float:
+    """Seconds to VACUUM (ANALYZE) every table of `schema`: the upkeep its writes left."""
+    start = time.perf_counter()
+    server = urlunsplit(urlsplit(url)._replace(query=""))  # without agentjournal's options
+    with psycopg.connect(server, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(
+                sql.SQL("VACUUM (ANALYZE) {}.{}").format(*map(sql.Identifier, (schema, table)))
+            )
+    return time.perf_counter() - start
+
+
+def export_import(edge: Path, url: str, schema: str, work: Path) -> dict[str, float]:
     lines = work / "export.jsonl"
     with Journal.open(edge) as source, Journal.open(url) as target:
         start = time.perf_counter()
@@ -72,7 +96,13 @@ def export_import(edge: Path, url: str, work: Path) -> dict[str, float]:
         exported = time.perf_counter()
         report = import_lines(target, lambda: lines.open("rb"))
         seconds = time.perf_counter() - start
-    return {"events": report.events, "seconds": seconds, "export seconds": exported - start}
+    settled = seconds + settle(url, schema)
+    return {
+        "events": report.events,
+        "seconds": seconds,
+        "export seconds": exported - start,
+        "settled": settled,
+    }
 
 
 def lag(edge: Path, url: str, rate: float, seconds: float) -> dict[str, Any]:
@@ -149,17 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.events, args.sessions, args.seconds, args.rate = 2000, 20, 3.0, 100.0
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.dir)))
-        urls = [
-            with_options(args.url, schema=stack.enter_context(fresh_schema(args.url)))
-            for _ in range(3)
-        ]
+        schemas = [stack.enter_context(fresh_schema(args.url)) for _ in range(3)]
+        urls = [with_options(args.url, schema=schema) for schema in schemas]
         print("… building the edge journal", file=sys.stderr, flush=True)
         edge = work / "edge.db"
         build_edge(edge, work / "in.jsonl", args.events, args.sessions, args.seed)
         print("… replicating", file=sys.stderr, flush=True)
-        ours = catch_up(edge, urls[0], args.batch)
+        ours = catch_up(edge, urls[0], schemas[0], args.batch)
         print("… export + import", file=sys.stderr, flush=True)
-        theirs = export_import(edge, urls[1], work)
+        theirs = export_import(edge, urls[1], schemas[1], work)
         print("… lag under a steady load", file=sys.stderr, flush=True)
         steady = lag(work / "steady.db", urls[2], args.rate, args.seconds)
 
@@ -169,22 +197,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" · Python {platform.python_version()} · {os.cpu_count()} cores"
         f" · sources {source_fingerprint()}"
     )
-    for column in ("", "events", "seconds", "events/s", "× export+import"):
+    columns = ("", "events", "seconds", "events/s", "× export+import")
+    for column in (*columns, "until settled", "× export+import, settled"):
         table.add_column(column, justify="left" if not column else "right")
     ours_rate = ours["events"] / ours["seconds"]
     theirs_rate = theirs["events"] / theirs["seconds"]
+    ours_settled = ours["events"] / ours["settled"]
+    theirs_settled = theirs["events"] / theirs["settled"]
     table.add_row(
         f"replicate (batch {args.batch})",
         f"{ours['events']:,.0f}",
         f"{ours['seconds']:.1f}",
         f"{ours_rate:,.0f}",
         f"{ours_rate / theirs_rate:.2f}×",
+        f"{ours['settled']:.1f} s",
+        f"{ours_settled / theirs_settled:.2f}×",
     )
     table.add_row(
         f"export + import (export {theirs['export seconds']:.1f} s)",
         f"{theirs['events']:,.0f}",
         f"{theirs['seconds']:.1f}",
         f"{theirs_rate:,.0f}",
+        "1.00×",
+        f"{theirs['settled']:.1f} s",
         "1.00×",
     )
     console = Console(width=160)
