@@ -52,6 +52,7 @@ from agentjournal import Journal
 from agentjournal.integrations.adk import JournalSessionService
 from agentjournal.integrations.adk_events import (
     SESSION_LISTED,
+    SESSION_OPENED,
     USER_LISTED,
     event_batch,
     journal_id,
@@ -95,7 +96,8 @@ def load_journal_events(path: Path, session_id: str, count: int) -> None:
         jid = journal_id("session", APP, "u0", session_id)
         metadata = session_metadata(APP, "u0", session_id, T0, {})
         journal.create_session(session_id, session_id=jid, metadata=metadata)
-        seq, batch = 1, []
+        journal.append(jid, SESSION_OPENED, {})  # as `create_session` makes it an ADK session
+        seq, batch = 2, []
         for n in range(count):
             data = event(n).model_dump(mode="json", exclude_none=True)
             made = event_batch(
@@ -124,13 +126,14 @@ def load_journal_sessions(path: Path, count: int) -> None:
             sids = [f"s{k}" for k in range(PER_USER)]
             listed_events = [{"type": SESSION_LISTED, "payload": {"session_id": s}} for s in sids]
             journal.append_many(directory, listed_events)
+            opened = {}
             for k, sid in enumerate(sids):
                 created = T0 + index * PER_USER + k
-                journal.create_session(
-                    sid,
-                    session_id=journal_id("session", APP, user, sid),
-                    metadata=session_metadata(APP, user, sid, created, {"k": k}),
-                )
+                jid = journal_id("session", APP, user, sid)
+                metadata = session_metadata(APP, user, sid, created, {"k": k})
+                journal.create_session(sid, session_id=jid, metadata=metadata)
+                opened[jid] = [{"type": SESSION_OPENED, "payload": {}}]
+            journal.append_across(opened)  # as `create_session` makes them ADK sessions
 
 
 async def load_database(
