@@ -1,11 +1,14 @@
-"""A benchmark's smoke run from a test: `bench/<script> --quick`, in a fresh interpreter."""
+"""A benchmark's smoke run from a test (`bench/<script> --quick`, in a fresh interpreter), and a
+benchmark script loaded as a module, for the checks it defines."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -25,3 +28,13 @@ def run_quick(
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def bench_module(script: str) -> ModuleType:
+    """`bench/<script>` loaded as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem, BENCH / script)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,7 +6,6 @@ target ends with every source event exactly once; verify is clean on both."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import threading
 import time
@@ -18,18 +17,13 @@ from psycopg import sql
 
 from agentjournal import Journal, replicate
 from agentjournal.replication import BatchReport
-from bench_runs import BENCH
+from bench_runs import bench_module
 from helpers.tcp_proxy import TcpProxy
 from postgres_fixtures import ADMIN_URL, HOST, ROLE, fresh_schema, url_for
 
 
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replication_soak", BENCH / "replication_soak.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("replication_soak.py")
 
 
 def test_a_target_cut_off_again_and_again_ends_with_every_event_once(tmp_path: Path) -> None:

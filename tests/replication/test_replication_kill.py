@@ -4,7 +4,6 @@ event exactly once, in order per session, no purged session, and verify is clean
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -13,17 +12,12 @@ from types import ModuleType
 
 import pytest
 
-from bench_runs import BENCH
+from bench_runs import BENCH, bench_module
 from postgres_fixtures import fresh_schema, url_for
 
 
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replication_soak", BENCH / "replication_soak.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("replication_soak.py")
 
 
 @pytest.mark.slow

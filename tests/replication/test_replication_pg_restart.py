@@ -7,7 +7,6 @@ target ends with every source event exactly once, in order per session; verify i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import signal
@@ -22,17 +21,12 @@ import psycopg
 
 from agentjournal import Journal, replicate
 from agentjournal.transfer import committed_events
-from bench_runs import BENCH
+from bench_runs import bench_module
 from helpers.pg_cluster import private_cluster
 
 
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replication_soak", BENCH / "replication_soak.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("replication_soak.py")
 
 
 class Lines(threading.Thread):
