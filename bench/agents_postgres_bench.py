@@ -47,13 +47,12 @@ import logging
 import multiprocessing
 import os
 import platform
-import secrets
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -61,9 +60,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+import postgres_bench
+from postgres_bench import DEFAULT_URL
 from workload import turn_items
 
-DEFAULT_URL = "postgresql://127.0.0.1:5432/test"
 PEER = "SQLAlchemySession"
 SYSTEMS = (PEER, "JournalSession, shared journal", "JournalSession.open")
 TARGET = 1.0  # JournalSession against SQLAlchemySession: p50 time ratio ≤, turns/s ratio ≥
@@ -113,17 +113,10 @@ def sqlalchemy_url(url: str) -> str:
     return urlunsplit(parts._replace(scheme="postgresql+psycopg"))
 
 
-@contextmanager
-def fresh_schema(url: str) -> Iterator[str]:
-    """A new schema with a random name, dropped with everything in it afterwards."""
-    schema = f"aj_agents_{secrets.token_hex(6)}"
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        yield schema
-    finally:
-        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+def fresh_schema(url: str) -> AbstractContextManager[str]:
+    """A new schema, dropped with everything in it afterwards; named `aj_agents_…`, which the
+    smoke test looks for."""
+    return postgres_bench.fresh_schema(url, prefix="aj_agents_")
 
 
 def server_facts(url: str) -> dict[str, str]:

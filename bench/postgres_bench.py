@@ -107,9 +107,9 @@ def with_options(url: str, **options: str) -> str:
 
 
 @contextmanager
-def fresh_schema(url: str) -> Iterator[str]:
-    """A new schema with a random name, dropped with everything in it afterwards."""
-    schema = f"aj_bench_{secrets.token_hex(6)}"
+def fresh_schema(url: str, prefix: str = "aj_bench_") -> Iterator[str]:
+    """A new schema with a random name after `prefix`, dropped with everything in it afterwards."""
+    schema = f"{prefix}{secrets.token_hex(6)}"
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     try:
